@@ -1,0 +1,97 @@
+"""The evaluator's front door: `evaluate(request) -> Verdict`. Torch-free, so a CLI or a Temporal
+worker can call it without taking a CUDA context: the judging happens in a judge process
+(`python -m kernels.judge`), which in turn runs the candidate in a sandbox process of its own."""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from pydantic import BaseModel, Field
+
+from kernels.problem import get_problem, resolve_kernel
+from kernels.verdict import Mode, Verdict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class EvaluatorError(RuntimeError):
+    """Infrastructure failed (the judge died, no GPU where one was asked for): not the candidate's
+    fault, and worth a retry elsewhere."""
+
+
+class EvalRequest(BaseModel):
+    problem: str
+    source: str
+    kernel: str = "inline"  # a label for reports: a shipped kernel's name or a path
+    device: str = "auto"  # auto | cpu | cuda
+    shape_set: str | None = None  # smoke | bench | sweep; None: smoke on the CPU, bench on CUDA
+    shapes: list[dict[str, int]] = Field(default_factory=list)  # explicit shapes, instead of a set
+    mode: Mode = "full"
+    timeout_s: float = 600.0  # wall clock the candidate's process may use in all
+    seeds: int = 3
+    reps: int | None = None  # timed calls; default 30 on CUDA, 3 on the CPU
+    warmup: int | None = None
+    baselines: bool = True
+
+
+def request_for(problem: str, kernel: str, **settings) -> EvalRequest:
+    """A request for a shipped kernel name or a kernel file."""
+    label, source = resolve_kernel(get_problem(problem), kernel)
+    return EvalRequest(problem=problem, source=source, kernel=label, **settings)
+
+
+def source_sha256(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def evaluate(request: EvalRequest, *, heartbeat: Callable[[], None] | None = None,
+             judge_grace_s: float = 1800.0) -> Verdict:
+    """Judge one candidate. A bad candidate is a Verdict; only infrastructure faults raise."""
+    spec = get_problem(request.problem)  # unknown problems fail here, loudly and early
+    for shape in request.shapes:
+        spec.shape(shape)
+    if request.shape_set is not None:
+        spec.shapes(request.shape_set)
+    with tempfile.TemporaryDirectory(prefix="marathon-judge-") as tmp:
+        req_path, out_path, log_path = (Path(tmp) / n for n in ("request.json", "verdict.json", "judge.log"))
+        req_path.write_text(request.model_dump_json())
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "kernels.judge", str(req_path), str(out_path)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=tmp,
+                start_new_session=True)
+            deadline = time.monotonic() + request.timeout_s + judge_grace_s
+            try:
+                while True:
+                    try:
+                        proc.wait(timeout=2.0)
+                        break
+                    except subprocess.TimeoutExpired:
+                        if heartbeat:
+                            heartbeat()
+                        if time.monotonic() > deadline:
+                            raise EvaluatorError("the judge process outlived its deadline and was killed")
+            finally:
+                if proc.poll() is None:
+                    _kill_group(proc)
+        if proc.returncode != 0 or not out_path.exists():
+            tail = log_path.read_text(errors="replace")[-3000:]
+            raise EvaluatorError(f"the judge process failed (exit {proc.returncode}):\n{tail}")
+        return Verdict.model_validate_json(out_path.read_text())
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    import signal
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()

@@ -1,0 +1,51 @@
+"""KDA: Kimi Delta Attention forward (gated delta rule with per-channel decay)."""
+from kernels.problem import ProblemSpec, ShapeError, Tolerance, Traffic
+
+GATE_CASES = ("logsigmoid", "constant", "uniform")  # seed % 3 picks the case: every shape sees all three
+
+
+def _check(shape: dict[str, int]) -> None:
+    if shape["K"] > 256 or shape["V"] > 256:
+        raise ShapeError("K and V are head dimensions of at most 256")
+    if shape["B"] * shape["T"] * shape["H"] * max(shape["K"], shape["V"]) > 2**31:
+        raise ShapeError("B*T*H*max(K,V) above 2^31 elements: too large to evaluate")
+
+
+def _traffic(shape: dict[str, int], elem: int) -> Traffic:
+    b, t, h, k, v = (shape[d] for d in ("B", "T", "H", "K", "V"))
+    n = b * t * h
+    # q, k, v read once in their dtype, g (fp32) once, beta once, o written once
+    min_bytes = n * (elem * (2 * k + v) + 4 * k + elem + elem * v)
+    # the chunked form at chunk 64: per token and head, three 64-wide intra-chunk products and three
+    # K x V state products (read, update, output), all on tensor cores
+    c = 64
+    tensor_flops = 2 * n * (c * (2 * k + v) + 3 * k * v)
+    return Traffic(min_bytes, tensor_flops)
+
+
+PROBLEM = ProblemSpec(
+    name="kda",
+    entry_point="kda",
+    dims=("B", "T", "H", "K", "V"),
+    shape_sets={
+        "smoke": [{"B": 1, "T": 40, "H": 2, "K": 16, "V": 16}, {"B": 2, "T": 67, "H": 1, "K": 32, "V": 16}],
+        "bench": [{"B": 1, "T": 8192, "H": 32, "K": 128, "V": 128}],
+        "sweep": [
+            {"B": 1, "T": 63, "H": 32, "K": 128, "V": 128},
+            {"B": 2, "T": 1000, "H": 16, "K": 128, "V": 128},
+            {"B": 1, "T": 4095, "H": 8, "K": 64, "V": 64},
+            {"B": 8, "T": 4096, "H": 32, "K": 128, "V": 128},
+            {"B": 3, "T": 2049, "H": 32, "K": 128, "V": 128},
+            {"B": 1, "T": 32768, "H": 32, "K": 128, "V": 128},
+        ],
+    },
+    defaults={"B": 1, "H": 32, "K": 128, "V": 128},
+    check_shape=_check,
+    traffic=_traffic,
+    tolerances={
+        "bfloat16": Tolerance(rel=2e-2, abs_frac=5e-2),
+        "float16": Tolerance(rel=5e-3, abs_frac=2e-2),
+        "float32": Tolerance(rel=1e-3, abs_frac=1e-2),
+    },
+    dtypes={"cpu": "float16", "cuda": "bfloat16"},
+)

@@ -1,0 +1,121 @@
+"""What a problem is, without torch: its dimensions, shape sets, tolerances, roofline and files.
+
+The heavy halves of a problem (input generator, reference, baselines) live in its folder's
+`reference.py` and `baselines.py` and are imported only inside the judge process."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from kernels.roofline import DeviceProfile, floor_seconds
+
+KERNELS_DIR = Path(__file__).resolve().parent
+PROBLEM_NAMES = ("mla_decode", "kda")
+
+
+class ShapeError(ValueError):
+    """A shape the problem does not accept (unknown name, missing dimension, out of range)."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """An output passes when ||o - ref|| / ||ref|| <= rel and max|o - ref| <= abs_frac * max|ref|."""
+    rel: float
+    abs_frac: float
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """The least a correct kernel must do: bytes through device memory, tensor-core and scalar FLOPs."""
+    min_bytes: float
+    tensor_flops: float
+    scalar_flops: float = 0.0
+
+    def floor_us(self, profile: DeviceProfile) -> float:
+        return 1e6 * floor_seconds(self.min_bytes, self.tensor_flops, profile, self.scalar_flops)
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    name: str
+    entry_point: str  # the function a candidate module must define
+    dims: tuple[str, ...]  # shape names, in order
+    shape_sets: dict[str, list[dict[str, int]]]  # smoke / bench / sweep
+    defaults: dict[str, int]  # dimensions a --shape may leave out
+    check_shape: Callable[[dict[str, int]], None]  # raises ShapeError for invalid shapes
+    traffic: Callable[[dict[str, int], int], Traffic]  # (shape, bytes per element of q) -> Traffic
+    tolerances: dict[str, Tolerance]  # keyed by the dtype of the inputs
+    dtypes: dict[str, str]  # device kind ('cpu'/'cuda') -> input dtype name
+    shipped_kernels: tuple[str, ...] = ("starter",)
+    seeds: int = 3
+    notes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> Path:
+        return KERNELS_DIR / self.name
+
+    @property
+    def statement(self) -> str:
+        return (self.folder / "statement.md").read_text()
+
+    def shapes(self, set_name: str) -> list[dict[str, int]]:
+        if set_name not in self.shape_sets:
+            raise ShapeError(f"{self.name} has no shape set {set_name!r}; known: {', '.join(self.shape_sets)}")
+        return [dict(s) for s in self.shape_sets[set_name]]
+
+    def shape(self, given: dict[str, int]) -> dict[str, int]:
+        """A full, validated shape from NAME=VALUE pairs (missing dimensions take the defaults)."""
+        unknown = set(given) - set(self.dims)
+        if unknown:
+            raise ShapeError(f"{self.name} has no dimension {', '.join(sorted(unknown))}; dimensions: {', '.join(self.dims)}")
+        full = {d: int(given.get(d, self.defaults.get(d, 0))) for d in self.dims}
+        missing = [d for d in self.dims if d not in given and d not in self.defaults]
+        if missing:
+            raise ShapeError(f"{self.name} needs {', '.join(missing)} in a shape")
+        for d, v in full.items():
+            if v < 1:
+                raise ShapeError(f"{d}={v}: every dimension must be at least 1")
+        self.check_shape(full)
+        return full
+
+    def kernel_path(self, name: str) -> Path:
+        if name not in self.shipped_kernels:
+            raise KeyError(name)
+        return self.folder / f"{name}.py"
+
+
+def parse_shape(text: str) -> dict[str, int]:
+    """'B=3,H=4,S=1000' -> {'B': 3, 'H': 4, 'S': 1000}."""
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep:
+            raise ShapeError(f"{part!r} is not NAME=VALUE")
+        try:
+            out[name.strip()] = int(value)
+        except ValueError:
+            raise ShapeError(f"{part!r}: {value!r} is not an integer") from None
+    if not out:
+        raise ShapeError(f"empty shape {text!r}")
+    return out
+
+
+def get_problem(name: str) -> ProblemSpec:
+    if name not in PROBLEM_NAMES:
+        raise KeyError(f"unknown problem {name!r}; known: {', '.join(PROBLEM_NAMES)}")
+    return importlib.import_module(f"kernels.{name}.problem").PROBLEM
+
+
+def resolve_kernel(problem: ProblemSpec, kernel: str) -> tuple[str, str]:
+    """A kernel argument (a shipped kernel's name or a file path) -> (label, source)."""
+    if kernel in problem.shipped_kernels:
+        path = problem.kernel_path(kernel)
+        return kernel, path.read_text()
+    path = Path(kernel)
+    if path.is_file():
+        return str(path), path.read_text()
+    raise FileNotFoundError(
+        f"kernel {kernel!r} is neither a file nor a shipped kernel of {problem.name} "
+        f"(shipped: {', '.join(problem.shipped_kernels)})")

@@ -1,0 +1,70 @@
+"""The evaluator's answer. One home for these models: the CLI, the activities and the workflow
+import them from here. `Verdict.model_dump_json()` is exactly `marathon eval --json`."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Status = Literal["ok", "rejected", "compile_error", "incorrect", "timeout", "crashed"]
+STATUSES: tuple[str, ...] = ("ok", "rejected", "compile_error", "incorrect", "timeout", "crashed")
+Mode = Literal["compile", "test", "full"]  # import+first call / + correctness / + timing
+
+
+class Gpu(BaseModel):
+    name: str
+    driver: str | None = None
+
+
+class Timing(BaseModel):
+    """Microseconds over repeated calls, L2 flushed before each on CUDA."""
+    median_us: float
+    p10_us: float
+    p90_us: float
+    calls: int
+    graph_median_us: float | None = None  # the same call captured in a CUDA graph and replayed
+    graph_error: str | None = None
+
+
+class ShapeResult(BaseModel):
+    shape: dict[str, int]
+    correct: bool
+    seeds: int = 0
+    max_abs_err: float | None = None
+    rel_err: float | None = None
+    latency_us: float | None = None  # median
+    timing: Timing | None = None
+    baselines: dict[str, float] = Field(default_factory=dict)  # name -> median us
+    baseline_timings: dict[str, Timing] = Field(default_factory=dict)
+    speedup: dict[str, float] = Field(default_factory=dict)  # name -> baseline us / candidate us
+    floor_us: float | None = None
+    roofline_pct: float | None = None  # floor / latency, in percent
+    note: str | None = None
+
+
+class Verdict(BaseModel):
+    status: Status
+    reason: str
+    problem: str
+    kernel: str
+    mode: Mode = "full"
+    device: str
+    gpu: Gpu | None = None
+    versions: dict[str, str] = Field(default_factory=dict)
+    dtype: str | None = None
+    timing_meaningful: bool = False
+    shapes: list[ShapeResult] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list)  # suspicious but not disqualifying
+    kernels_launched: list[str] = Field(default_factory=list)
+    log_tail: str = ""  # the end of the candidate's own stdout/stderr, for the author to read
+    source_sha256: str = ""
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def best_speedup(self) -> float | None:
+        """The smallest speedup against the strongest baseline over the shapes: the honest headline."""
+        worst = [min(r.speedup.values()) for r in self.shapes if r.speedup]
+        return min(worst) if worst else None
