@@ -7,6 +7,10 @@ import torch
 import triton
 import triton.language as tl
 
+# knobs a tuner may turn (kernels/tunables.py); the launcher reads CONFIG
+TUNABLES = {"BLOCK_V": (8, 16, 32, 64), "num_warps": (1, 2, 4, 8)}
+CONFIG = {"BLOCK_V": 32, "num_warps": 4}
+
 
 @triton.jit
 def _kda_recurrent(
@@ -45,12 +49,12 @@ def kda(q, k, v, g, beta, scale):
     V = v.shape[-1]
     q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
     o = torch.empty((B, T, H, V), device=v.device, dtype=v.dtype)
-    BLOCK_V = min(triton.next_power_of_2(V), 32)
+    BLOCK_V = min(triton.next_power_of_2(V), CONFIG["BLOCK_V"])
     grid = (B * H, triton.cdiv(V, BLOCK_V))
     _kda_recurrent[grid](
         q, k, v, g, beta, o, T, H, K, V, scale,
         q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
         beta.stride(0), beta.stride(1),
-        BLOCK_K=triton.next_power_of_2(K), BLOCK_V=BLOCK_V, num_warps=4,
+        BLOCK_K=triton.next_power_of_2(K), BLOCK_V=BLOCK_V, num_warps=CONFIG["num_warps"],
     )
     return o

@@ -5,6 +5,10 @@ import torch
 import triton
 import triton.language as tl
 
+# knobs a tuner may turn (kernels/tunables.py); the launcher reads CONFIG
+TUNABLES = {"BLOCK_S": (8, 16, 32, 64), "num_warps": (2, 4, 8)}
+CONFIG = {"BLOCK_S": 16, "num_warps": 4}
+
 
 @triton.jit
 def _mla_decode_one_head(
@@ -52,6 +56,6 @@ def mla_decode(q: torch.Tensor, kv: torch.Tensor, scale: float) -> torch.Tensor:
     _mla_decode_one_head[(B * H,)](
         q, kv, o, S, H, scale,
         q.stride(0), q.stride(1), kv.stride(0), kv.stride(1), o.stride(0), o.stride(1),
-        D_LATENT=512, D_ROPE=D - 512, BLOCK_S=16, num_warps=4,
+        D_LATENT=512, D_ROPE=D - 512, BLOCK_S=CONFIG["BLOCK_S"], num_warps=CONFIG["num_warps"],
     )
     return o
