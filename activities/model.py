@@ -1,0 +1,146 @@
+"""The model turn: one chat completion against any OpenAI-compatible endpoint (OpenAI, vLLM, SGLang,
+Ollama), with the `openai` package's own retries off so that Temporal owns retrying.
+
+Error mapping (raised as temporalio ApplicationError, so it works inside any activity):
+  408, 409, 429, 5xx, timeouts, connection errors, unparseable answers -> retryable, honouring a
+      retry-after / retry-after-ms header through next_retry_delay;
+  any other 4xx (bad request, auth, not found, ...)                      -> non-retryable.
+The key is read from os.environ[settings.api_key_env] here, in the worker process, and nowhere else."""
+from __future__ import annotations
+
+import email.utils
+import os
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import openai
+from temporalio.exceptions import ApplicationError
+
+from workflows.models import AgentTurnInput, AgentTurnResult, ModelSettings
+
+RETRYABLE_STATUS = {408, 409, 429}
+_clients: dict[tuple, openai.OpenAI] = {}
+_clients_lock = threading.Lock()
+
+
+def _client(settings: ModelSettings) -> openai.OpenAI:
+    key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
+    if not key:
+        if settings.base_url is None:
+            raise ApplicationError(
+                f"no API key: set {settings.api_key_env} in the worker's environment "
+                f"(or give a base_url for an endpoint that needs none)",
+                type="ModelConfigError", non_retryable=True)
+        key = "not-needed"  # local endpoints (vLLM, Ollama) accept any key
+    ident = (settings.base_url, key, settings.request_timeout_s)
+    with _clients_lock:
+        client = _clients.get(ident)
+        if client is None:
+            client = openai.OpenAI(api_key=key, base_url=settings.base_url, max_retries=0,
+                                   timeout=settings.request_timeout_s)
+            _clients[ident] = client
+        return client
+
+
+def retry_after(headers: Any) -> timedelta | None:
+    """The delay a server asked for: retry-after-ms, or retry-after in seconds or as an HTTP date."""
+    if headers is None:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return timedelta(milliseconds=max(0.0, float(ms)))
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return timedelta(seconds=max(0.0, float(value)))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            return max(timedelta(0), when - datetime.now(timezone.utc))
+    except (TypeError, ValueError):
+        return None
+
+
+def map_error(exc: Exception) -> ApplicationError:
+    """An openai exception as the ApplicationError Temporal should see."""
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        body = str(exc.message)[:500]
+        if status in RETRYABLE_STATUS or status >= 500:
+            return ApplicationError(f"model endpoint answered HTTP {status}: {body}", type=f"HTTP{status}",
+                                    next_retry_delay=retry_after(exc.response.headers))
+        return ApplicationError(f"model endpoint refused the request, HTTP {status}: {body}",
+                                type=f"HTTP{status}", non_retryable=True)
+    if isinstance(exc, openai.APITimeoutError):
+        return ApplicationError("model request timed out", type="ModelTimeout")
+    if isinstance(exc, openai.APIConnectionError):
+        return ApplicationError(f"cannot reach the model endpoint: {exc}", type="ModelConnectionError")
+    if isinstance(exc, openai.APIResponseValidationError):
+        return ApplicationError(f"unparseable answer from the model endpoint: {exc}", type="ModelBadResponse")
+    return ApplicationError(f"{type(exc).__name__}: {exc}", type="ModelError")
+
+
+def chat_completion(settings: ModelSettings, messages: list[dict], tools: list[dict] | None = None,
+                    response_format: dict | None = None, *, headers: dict[str, str] | None = None) -> dict:
+    """One chat completion, as a plain dict (`ChatCompletion.model_dump()`: id, choices[0].message,
+    choices[0].finish_reason, usage). Raises ApplicationError, retryable or not, as mapped above.
+    `headers` are sent along (agent_turn sends X-Marathon-Turn: <workflow id>/<turn> for tracing)."""
+    client = _client(settings)
+    kwargs: dict[str, Any] = {"model": settings.model, "messages": messages}
+    if tools:
+        kwargs["tools"] = tools
+        kwargs["tool_choice"] = settings.tool_choice
+    if response_format is not None:
+        kwargs["response_format"] = response_format
+    if settings.temperature is not None:
+        kwargs["temperature"] = settings.temperature
+    if settings.max_tokens is not None:
+        kwargs["max_tokens"] = settings.max_tokens
+    if settings.extra_body:
+        kwargs["extra_body"] = settings.extra_body
+    if headers:
+        kwargs["extra_headers"] = headers
+    try:
+        completion = client.chat.completions.create(**kwargs)
+    except openai.OpenAIError as exc:
+        raise map_error(exc) from exc
+    except (ValueError, KeyError, TypeError) as exc:  # a 200 whose body is not a completion
+        raise ApplicationError(f"unparseable answer from the model endpoint: {type(exc).__name__}: {exc}",
+                               type="ModelBadResponse") from exc
+    data = completion.model_dump(mode="json", exclude_none=True)
+    if not data.get("choices"):
+        raise ApplicationError("the model endpoint answered without choices", type="ModelBadResponse")
+    return data
+
+
+def assistant_message(completion: dict) -> dict:
+    """The assistant message of a completion, reduced to what goes back into a prompt."""
+    msg = completion["choices"][0].get("message") or {}
+    out: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
+    calls = []
+    for call in msg.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        calls.append({"id": call.get("id") or "", "type": "function",
+                      "function": {"name": fn.get("name") or "", "arguments": fn.get("arguments") or ""}})
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def agent_turn_impl(inp: AgentTurnInput) -> AgentTurnResult:
+    started = time.monotonic()
+    completion = chat_completion(inp.settings, inp.messages, tools=inp.tools or None,
+                                 headers={"X-Marathon-Turn": inp.turn_key} if inp.turn_key else None)
+    usage = completion.get("usage") or {}
+    return AgentTurnResult(
+        message=assistant_message(completion),
+        finish_reason=completion["choices"][0].get("finish_reason"),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        latency_s=round(time.monotonic() - started, 3))
+

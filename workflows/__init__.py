@@ -1,0 +1,1 @@
+"""The KernelOptimization workflow, its run models and its pure decision helpers."""

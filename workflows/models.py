@@ -1,0 +1,367 @@
+"""The run models, in one module the workflow, the activities, the workers and the CLI all import.
+
+Everything here crosses the Temporal boundary as JSON (temporalio.contrib.pydantic's converter), and
+`RunSpec` is the workflow's input: a person can type it into `temporal workflow start --input`, e.g.
+
+    {"problem": "mla_decode", "budgets": {"hours": 0.5, "max_tool_calls": 40}}
+
+Pure pydantic: no torch, triton or openai, so the workflow sandbox can import it."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from kernels.verdict import Verdict
+
+Policy = Literal["llm", "tuner"]
+TOOL_NAMES = ("write_kernel", "edit_kernel", "compile_kernel", "test_kernel", "profile_kernel",
+              "show_kernel", "list_attempts", "note")
+EVAL_TOOLS = ("compile_kernel", "test_kernel", "profile_kernel")
+EVAL_MODES = {"compile_kernel": "compile", "test_kernel": "test", "profile_kernel": "full"}
+
+
+# ------------------------------------------------------------------------------------------ input
+class ModelSettings(BaseModel):
+    """Where the model lives. The key is never here: `api_key_env` names the environment variable of
+    the worker process that holds it, read only inside the model activity."""
+    model: str = ""  # empty: no model configured (the run uses the tuner)
+    base_url: str | None = None  # any OpenAI-compatible endpoint; None: api.openai.com
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float | None = None
+    max_tokens: int | None = 8192
+    request_timeout_s: float = 600.0  # one HTTP request; Temporal retries a timeout
+    tool_choice: str = "auto"
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # vendor extras (vLLM, SGLang, ...)
+    retry_initial_s: float = 2.0  # Temporal's backoff for 408/409/429/5xx/timeouts
+    retry_max_s: float = 300.0  # (a retry-after header overrides the interval)
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.model)
+
+
+class Budgets(BaseModel):
+    hours: float = 24.0
+    max_tool_calls: int = 1000
+    target_speedup: float | None = None  # stop once the best kernel reaches this speedup
+
+
+class EvalSettings(BaseModel):
+    device: str = "auto"  # auto | cpu | cuda (of the GPU worker)
+    shapes: str | None = None  # smoke | bench | sweep; None: smoke on the CPU, bench on CUDA
+    shape_list: list[dict[str, int]] = Field(default_factory=list)  # explicit shapes instead of a set
+    timeout_s: float = 600.0  # wall clock for one candidate's process
+    seeds: int = 3
+    reps: int | None = None
+    baselines: bool = True
+    ncu: bool = True  # Nsight Compute metrics on profile_kernel, where `ncu` is on the GPU worker's PATH
+    heartbeat_timeout_s: float = 30.0  # a dead GPU worker's evaluation moves elsewhere after this
+    max_attempts: int = 3  # infrastructure retries of one evaluation
+
+
+class RunSpec(BaseModel):
+    """The workflow input. Only `problem` is required."""
+    problem: str
+    kernel: str = "starter"  # a shipped kernel of the problem; ignored when `source` is given
+    source: str | None = None  # inline starting source
+    policy: Policy | None = None  # None: `llm` when a model is configured, else `tuner`
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    budgets: Budgets = Field(default_factory=Budgets)
+    eval: EvalSettings = Field(default_factory=EvalSettings)
+    hints: list[str] = Field(default_factory=list)  # the user's hints, given at start
+    # compaction (issue 5)
+    compact_every: int = 40  # tool calls between compactions
+    context_budget: int = 48000  # tokens a prompt may use
+    # bounded history
+    continue_as_new_every: int = 150  # turns (model turns or tuner steps) per run segment
+    max_history_bytes: int = 2_000_000  # continue-as-new once a segment's history passes this
+    inline_source_cap: int = 32768  # larger sources travel as artifact keys
+    tool_output_cap: int = 6000  # characters of a tool result in history; the rest in the artifact store
+    max_source_bytes: int = 200_000  # write_kernel refuses larger sources
+    max_idle_turns: int = 5  # consecutive model turns without a tool call that end the run
+    # plumbing
+    gpu_task_queue: str = "marathon-gpu"
+    tool_timeout_s: float = 120.0
+    search_attributes: bool = True  # upsert MarathonProblem/Policy/BestSpeedup/ToolCalls
+
+    def resolved_policy(self) -> Policy:
+        if self.policy is not None:
+            return self.policy
+        return "llm" if self.model.configured else "tuner"
+
+
+# ------------------------------------------------------------------------------------------ state
+class SourceRef(BaseModel):
+    """A kernel source: inline up to RunSpec.inline_source_cap, otherwise only its artifact key."""
+    sha256: str
+    text: str | None = None
+    lines: int = 0
+
+
+class EvalDigest(BaseModel):
+    """One evaluation of an attempt, small enough to keep a thousand of."""
+    tool: str
+    mode: str
+    status: str
+    reason: str
+    speedup: float | None = None  # Verdict.best_speedup(): worst shape against the strongest baseline
+    baseline: str | None = None  # the baseline that speedup is against
+    latency_us: float | None = None  # geometric mean over shapes
+    roofline_pct: float | None = None  # the lowest over shapes
+    artifact: str | None = None  # the full verdict JSON in the artifact store
+    tool_call: int = 0
+
+
+class Attempt(BaseModel):
+    """One candidate kernel: written, edited, configured by the tuner, or the starting kernel."""
+    n: int
+    origin: Literal["start", "write", "edit", "tuner"]
+    parent: int | None = None
+    sha256: str
+    lines: int = 0
+    config: dict[str, Any] | None = None  # its CONFIG, when it declares TUNABLES
+    evals: list[EvalDigest] = Field(default_factory=list)
+    tool_call: int = 0  # the tool call that created it
+
+    @property
+    def status(self) -> str:
+        return self.evals[-1].status if self.evals else "unevaluated"
+
+    def best_eval(self) -> EvalDigest | None:
+        oks = [e for e in self.evals if e.status == "ok" and e.mode == "full"]
+        return max(oks, key=lambda e: e.speedup or 0.0) if oks else None
+
+
+class BestKernel(BaseModel):
+    attempt: int
+    source: SourceRef
+    verdict: Verdict  # the full verdict, in `marathon eval --json` form
+    speedup: float | None = None
+    tool_call: int = 0
+
+
+class ToolCallRecord(BaseModel):
+    """The ledger of every tool call that completed, in order: seq is 1, 2, 3, ... with no gaps."""
+    seq: int
+    tool: str
+    call_id: str = ""  # the model's tool_call id (or the tuner's)
+    attempt: int | None = None
+    ok: bool = True  # False: the tool answered with an error (bad arguments, edit not found, ...)
+    summary: str = ""
+
+
+class TokenUsage(BaseModel):
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    max_prompt_tokens: int = 0
+
+
+class TunerState(BaseModel):
+    tunables: dict[str, list[Any]] = Field(default_factory=dict)
+    base_attempt: int = 0  # the source whose CONFIG it rewrites
+    tried: list[str] = Field(default_factory=list)  # canonical keys of every configuration evaluated
+    pending: dict[str, Any] | None = None  # written, not yet profiled
+    pending_attempt: int | None = None
+    exhausted: bool = False
+
+
+class RunSetup(BaseModel):
+    """What the prepare activity resolves once, at the start: the workflow never reads files."""
+    problem: str
+    entry_point: str
+    statement: str
+    kernel_label: str
+    start: SourceRef
+    device: str
+    shape_set: str | None
+    shapes: list[dict[str, int]]
+    baselines: list[str]
+    tunables: dict[str, list[Any]] | None = None
+    config: dict[str, Any] | None = None
+
+
+class RunState(BaseModel):
+    """Everything a run carries across continue-as-new."""
+    setup: RunSetup | None = None
+    policy: Policy = "tuner"
+    started_at: datetime | None = None
+    paused_s: float = 0.0  # time spent paused does not count against the hours budget
+    budget_hours: float = 24.0
+    budget_tool_calls: int = 1000
+    target_speedup: float | None = None
+    tool_calls: int = 0
+    turns: int = 0
+    segment: int = 0  # continue-as-new hops so far
+    segment_histories: list[int] = Field(default_factory=list)  # bytes of each finished segment
+    attempts: list[Attempt] = Field(default_factory=list)
+    current: int | None = None  # the attempt compile/test/profile act on
+    current_source: SourceRef | None = None
+    best: BestKernel | None = None
+    ledger: list[ToolCallRecord] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    hints: list[str] = Field(default_factory=list)
+    pending_hints: list[str] = Field(default_factory=list)  # not yet shown to the model
+    recent: list[dict[str, Any]] = Field(default_factory=list)  # openai messages since the last compaction
+    memory: dict[str, Any] | None = None  # compaction.memory.Memory as JSON
+    compactions: int = 0
+    calls_since_compaction: int = 0
+    tokens: TokenUsage = Field(default_factory=TokenUsage)
+    idle_turns: int = 0
+    model_failures: int = 0
+    tuner: TunerState = Field(default_factory=TunerState)
+    notebook: list[str] = Field(default_factory=list)  # the last lines of the lab notebook
+    stop_reason: str | None = None
+
+    def attempt(self, n: int) -> Attempt | None:
+        return self.attempts[n] if 0 <= n < len(self.attempts) else None
+
+
+# ---------------------------------------------------------------------------------- control/report
+class Extension(BaseModel):
+    hours: float = 0.0
+    tool_calls: int = 0
+    target_speedup: float | None = None
+
+
+class RunStatus(BaseModel):
+    problem: str
+    policy: str
+    phase: str  # starting | running | paused | stopping | finished
+    step: str  # what it is doing now, in words
+    tool_calls: int
+    tool_calls_budget: int
+    turns: int
+    hours_used: float
+    hours_budget: float
+    best_speedup: float | None
+    best_attempt: int | None
+    attempts: int
+    continue_as_new: int
+    compactions: int
+    tokens: TokenUsage
+    notebook: list[str]
+    stop_reason: str | None = None
+
+
+class BestReport(BaseModel):
+    attempt: int
+    source: str | None  # None only when the source lives in the artifact store alone
+    sha256: str
+    speedup: float | None
+    verdict: Verdict
+
+
+class RunReport(BaseModel):
+    workflow_id: str
+    problem: str
+    policy: str
+    stop_reason: str
+    tool_calls: int
+    turns: int
+    attempts: int
+    continue_as_new: int
+    compactions: int
+    hours: float
+    tokens: TokenUsage
+    best: BestReport | None
+    segment_history_bytes: list[int] = Field(default_factory=list)
+    ledger: list[Attempt] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+# ------------------------------------------------------------------------ activity inputs / outputs
+class AgentTurnInput(BaseModel):
+    settings: ModelSettings
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    turn_key: str = ""  # "<workflow id>/<turn>", sent as X-Marathon-Turn
+
+
+class AgentTurnResult(BaseModel):
+    message: dict[str, Any]  # the assistant message: role, content, tool_calls
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+
+
+class PrepareInput(BaseModel):
+    problem: str
+    kernel: str = "starter"
+    source: str | None = None
+    eval: EvalSettings = Field(default_factory=EvalSettings)
+    inline_source_cap: int = 32768
+
+
+class ToolResult(BaseModel):
+    """What a tool hands back: `text` (capped) goes to the model, `artifact` keys the full text."""
+    text: str
+    ok: bool = True
+    artifact: str | None = None
+    source: SourceRef | None = None  # write/edit: the new candidate
+    config: dict[str, Any] | None = None  # write/edit: its CONFIG, when it declares TUNABLES
+
+
+class WriteInput(BaseModel):
+    source: str
+    attempt: int  # the number the new candidate will get
+    entry_point: str
+    inline_cap: int = 32768
+    max_bytes: int = 200_000
+    output_cap: int = 6000
+
+
+class EditInput(BaseModel):
+    current: SourceRef
+    old: str
+    new: str
+    attempt: int
+    entry_point: str
+    inline_cap: int = 32768
+    max_bytes: int = 200_000
+    output_cap: int = 6000
+
+
+class EvalInput(BaseModel):
+    tool: str  # compile_kernel | test_kernel | profile_kernel
+    problem: str
+    attempt: int
+    source: SourceRef
+    settings: EvalSettings
+    output_cap: int = 6000
+
+
+class EvalResult(BaseModel):
+    text: str
+    verdict: Verdict
+    digest: EvalDigest
+    ncu: dict[str, Any] | None = None
+
+
+class ShowInput(BaseModel):
+    label: str
+    source: SourceRef
+    output_cap: int = 32768
+
+
+class ListInput(BaseModel):
+    attempts: list[Attempt]  # the most recent ones
+    total: int
+    best: int | None = None
+    current: int | None = None
+    output_cap: int = 6000
+
+
+class NoteInput(BaseModel):
+    workflow_id: str
+    seq: int
+    text: str
+    output_cap: int = 6000
+
+
+class NotebookEntry(BaseModel):
+    workflow_id: str
+    line: str
