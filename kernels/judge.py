@@ -5,6 +5,7 @@ writes. Trusted code only; the candidate runs in the sandbox (kernels.sandbox), 
     python -m kernels.judge REQUEST.json VERDICT.json"""
 from __future__ import annotations
 
+import ast
 import ctypes
 import importlib
 import json
@@ -250,6 +251,10 @@ class Judge:
     def run(self) -> Verdict:
         t0 = time.monotonic()
         try:
+            try:
+                ast.parse(self.req.source)
+            except SyntaxError as exc:
+                raise Outcome("compile_error", f"syntax error at line {exc.lineno}: {exc.msg}") from None
             violations = check_source(self.req.source, self.spec.entry_point)
             if violations:
                 raise Outcome("rejected", "the source breaks the candidate policy:\n" + "\n".join(map(str, violations)))

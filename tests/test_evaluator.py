@@ -1,0 +1,114 @@
+"""The evaluator end to end on the CPU (Triton interpreter): `marathon eval` and `evaluate()`."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernels.evaluator import EvalRequest, evaluate, request_for
+from kernels.problem import get_problem, resolve_kernel
+
+ROOT = Path(__file__).resolve().parent.parent
+MLA_STARTER = resolve_kernel(get_problem("mla_decode"), "starter")[1]
+KDA_STARTER = resolve_kernel(get_problem("kda"), "starter")[1]
+
+
+def marathon_eval(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "marathon.py"), "eval", *args],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+@pytest.mark.parametrize("problem", ["mla_decode", "kda"])
+def test_starter_is_ok_on_smoke_shapes(problem):
+    proc = marathon_eval("--problem", problem, "--kernel", "starter", "--device", "cpu", "--shapes", "smoke", "--json")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    v = json.loads(proc.stdout)
+    assert v["status"] == "ok", v["reason"]
+    assert {"status", "reason", "problem", "device", "gpu", "versions", "shapes"} <= set(v)
+    assert v["device"] == "cpu" and v["gpu"] is None and v["timing_meaningful"] is False
+    assert set(v["versions"]) >= {"torch", "triton"}
+    spec = get_problem(problem)
+    assert [s["shape"] for s in v["shapes"]] == spec.shapes("smoke")
+    for s in v["shapes"]:
+        assert s["correct"] and s["seeds"] == 3
+        assert s["rel_err"] < spec.tolerances["float16"].rel
+        assert set(s) >= {"shape", "correct", "max_abs_err", "rel_err", "latency_us", "baselines", "speedup", "roofline_pct"}
+        assert s["latency_us"] > 0 and s["baselines"] and set(s["speedup"]) == set(s["baselines"])
+    assert any(k.startswith("candidate.") for k in v["kernels_launched"])
+
+
+def test_table_output_and_custom_shape_for_mla():
+    proc = marathon_eval("--problem", "mla_decode", "--kernel", "starter", "--device", "cpu",
+                         "--shape", "B=3,H=4,S=1000", "--no-baselines")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "OK" in proc.stdout and "B=3,H=4,S=1000" in proc.stdout and "not meaningful" in proc.stdout
+
+
+def test_custom_shape_for_kda():
+    v = evaluate(EvalRequest(problem="kda", source=KDA_STARTER, device="cpu", mode="test",
+                             shapes=[{"T": 100, "K": 32, "V": 32, "H": 2}]))
+    assert v.status == "ok", v.reason
+    assert v.shapes[0].shape == {"B": 1, "T": 100, "H": 2, "K": 32, "V": 32}
+
+
+def test_wrong_kernel_is_incorrect(tmp_path):
+    # a plausible bug: the rope part of the scores is dropped
+    wrong = MLA_STARTER.replace("+ tl.sum(kv_rope * q_rope[None, :], axis=1)", "")
+    assert wrong != MLA_STARTER
+    path = tmp_path / "wrong.py"
+    path.write_text(wrong)
+    proc = marathon_eval("--problem", "mla_decode", "--kernel", str(path), "--device", "cpu", "--json")
+    assert proc.returncode == 1
+    v = json.loads(proc.stdout)
+    assert v["status"] == "incorrect" and "wrong answer" in v["reason"]
+
+
+def test_fla_import_is_rejected(tmp_path):
+    path = tmp_path / "fla_wrapper.py"
+    path.write_text("import torch\nfrom fla.ops.kda import chunk_kda\n\n"
+                    "def kda(q, k, v, g, beta, scale):\n    return chunk_kda(q, k, v, g, beta, scale=scale)[0]\n")
+    proc = marathon_eval("--problem", "kda", "--kernel", str(path), "--device", "cpu", "--json")
+    assert proc.returncode == 1
+    v = json.loads(proc.stdout)
+    assert v["status"] == "rejected" and "fla" in v["reason"]
+
+
+def test_torch_fallback_is_rejected():
+    # computes the answer with torch and launches a kernel only for show
+    source = MLA_STARTER.replace(
+        "    return o\n",
+        "    s = torch.softmax((q.float() @ kv.float().transpose(1, 2)) * scale, -1)\n"
+        "    return (s @ kv.float()[..., :512]).to(q.dtype)\n")
+    v = evaluate(EvalRequest(problem="mla_decode", source=source, device="cpu", mode="test"))
+    assert v.status == "rejected" and "torch computed part of the answer" in v.reason
+
+
+def test_compile_error_and_exception_and_timeout():
+    broken = MLA_STARTER.replace("tl.arange(0, D_ROPE)", "tl.arange(0, D_ROPE) +")
+    v = evaluate(EvalRequest(problem="mla_decode", source=broken, device="cpu", mode="compile"))
+    assert v.status == "compile_error" and "syntax error" in v.reason, v.reason
+    at_import = MLA_STARTER.replace("import torch\n", "import torch\nBLOCK = 1 // 0\n", 1)
+    v = evaluate(EvalRequest(problem="mla_decode", source=at_import, device="cpu", mode="compile"))
+    assert v.status == "compile_error" and "ZeroDivisionError" in v.reason, v.reason
+    raises = MLA_STARTER.replace("    B, H, D = q.shape\n", "    B, H, D = q.shape\n    raise ValueError('boom')\n")
+    v = evaluate(EvalRequest(problem="mla_decode", source=raises, device="cpu", mode="test"))
+    assert v.status == "crashed" and "boom" in v.reason
+    spins = MLA_STARTER.replace("    B, H, D = q.shape\n", "    B, H, D = q.shape\n    while True:\n        pass\n")
+    v = evaluate(EvalRequest(problem="mla_decode", source=spins, device="cpu", mode="test", timeout_s=20))
+    assert v.status == "timeout" and v.elapsed_s < 60
+
+
+def test_output_dtype_and_shape_are_checked():
+    wrong_dtype = MLA_STARTER.replace("    return o\n", "    return o.float()\n")
+    v = evaluate(EvalRequest(problem="mla_decode", source=wrong_dtype, device="cpu", mode="test"))
+    assert v.status == "incorrect" and "dtype" in v.reason
+
+
+def test_bad_requests_fail_clearly():
+    proc = marathon_eval("--problem", "kda", "--kernel", "starter", "--device", "cpu", "--shape", "T=10,X=2")
+    assert proc.returncode == 2 and "no dimension X" in proc.stderr
+    proc = marathon_eval("--problem", "kda", "--kernel", "nonexistent.py", "--device", "cpu")
+    assert proc.returncode == 2 and "neither a file nor a shipped kernel" in proc.stderr
+    with pytest.raises(KeyError):
+        request_for("gemm", "starter")
