@@ -7,40 +7,56 @@ import torch
 CHUNK = 64
 
 
-def kda_chunked_torch(q, k, v, g, beta, scale, chunk: int = CHUNK):
+def kda_chunked_torch(q, k, v, g, beta, scale, chunk: int = CHUNK, pair_budget: int = 2**28):
     """The chunk-parallel (WY / UT) form in fp32. Within a chunk with cumulative gates G (<= 0):
         A[i,j] = sum_c k_i,c k_j,c exp(G_i,c - G_j,c)   (j < i)
-        (I + diag(beta) A) U = diag(beta) (V - (exp(G) * K) S0)        pseudo-values U
-        O = scale ((exp(G) * Q) S0 + M U),  M[i,j] = sum_c q_i,c k_j,c exp(G_i,c - G_j,c)  (j <= i)
-        S1 = exp(G_last) * S0 + (exp(G_last - G) * K)^T U
-    The pairwise exponents are formed as differences (always <= 0), so no gate makes them overflow."""
+        T = (I + diag(beta) A)^-1;  Wk = T diag(beta) (exp(G) * K);  Wv = T diag(beta) V
+        per chunk, in order:  U = Wv - Wk S0;  O = scale ((exp(G) * Q) S0 + M U);
+                              S1 = exp(G_last) * S0 + (exp(G_last - G) * K)^T U
+        with M[i,j] = sum_c q_i,c k_j,c exp(G_i,c - G_j,c)  (j <= i).
+    Everything that does not depend on the state (A, M, the triangular solve) is computed for many
+    chunks at once; only four small matmuls per chunk run in sequence. The pairwise exponents are
+    formed as differences (always <= 0), so no gate makes them overflow."""
     out_dtype = v.dtype
     q, k, v, g, beta = (x.float() for x in (q, k, v, g, beta))
     B, T, H, K = q.shape
     Vd = v.shape[-1]
-    # [B, H, T, D] so that a chunk is a slice of the token axis
-    q, k, v, g = (x.transpose(1, 2) for x in (q, k, v, g))
-    beta = beta.transpose(1, 2)
+    n = -(-T // chunk)
+    pad = n * chunk - T
+    # [B, H, N, C, D]; padded tokens have k = q = v = beta = g = 0, so they change nothing
+    def blocks(x):
+        x = torch.nn.functional.pad(x.transpose(1, 2), (0, 0, 0, pad) if x.dim() == 4 else (0, pad))
+        return x.reshape(B, H, n, chunk, *x.shape[3:])
+    q, k, v, g, beta = blocks(q), blocks(k), blocks(v), blocks(g), blocks(beta)
+    G = g.cumsum(dim=3)
+    eG = G.exp()
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    eye = torch.eye(chunk, device=q.device)
+    M = torch.empty(B, H, n, chunk, chunk, device=q.device)
+    Wk = torch.empty(B, H, n, chunk, K, device=q.device)
+    Wv = torch.empty(B, H, n, chunk, Vd, device=q.device)
+    step = max(1, pair_budget // (B * H * chunk * chunk * K))  # chunks per batch of pairwise work
+    for s in range(0, n, step):
+        sl = slice(s, min(s + step, n))
+        Gs, ks = G[:, :, sl], k[:, :, sl]
+        decay = torch.exp((Gs.unsqueeze(4) - Gs.unsqueeze(3)).masked_fill(~causal[:, :, None], float("-inf")))
+        kd = ks.unsqueeze(3) * decay  # [.., i, j, K]: k_j,c exp(G_i,c - G_j,c)
+        A = (ks.unsqueeze(4) * kd).sum(-1).tril(-1)
+        M[:, :, sl] = (q[:, :, sl].unsqueeze(4) * kd).sum(-1)
+        lhs = eye + beta[:, :, sl].unsqueeze(-1) * A
+        rhs = beta[:, :, sl].unsqueeze(-1) * torch.cat([eG[:, :, sl] * ks, v[:, :, sl]], dim=-1)
+        W = torch.linalg.solve_triangular(lhs, rhs, upper=False, unitriangular=True)
+        Wk[:, :, sl], Wv[:, :, sl] = W[..., :K], W[..., K:]
+    qG = eG * q
+    kTail = torch.exp(G[:, :, :, -1:] - G) * k
+    gLast = eG[:, :, :, -1]  # [B, H, N, K]
     S = q.new_zeros(B, H, K, Vd)
-    o = q.new_empty(B, H, T, Vd)
-    for start in range(0, T, chunk):
-        sl = slice(start, min(start + chunk, T))
-        qc, kc, vc, bc = q[:, :, sl], k[:, :, sl], v[:, :, sl], beta[:, :, sl]
-        G = g[:, :, sl].cumsum(dim=2)
-        C = G.shape[2]
-        diff = G.unsqueeze(3) - G.unsqueeze(2)  # [B, H, i, j, K] = G_i - G_j
-        causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-        decay = torch.exp(diff.masked_fill(~causal[:, :, None], float("-inf")))
-        A = torch.einsum("bhik,bhjk,bhijk->bhij", kc, kc, decay).tril(-1)
-        M = torch.einsum("bhik,bhjk,bhijk->bhij", qc, kc, decay)
-        eG = G.exp()
-        lhs = torch.eye(C, device=q.device) + bc.unsqueeze(-1) * A
-        rhs = bc.unsqueeze(-1) * (vc - (eG * kc) @ S)
-        U = torch.linalg.solve_triangular(lhs, rhs, upper=False, unitriangular=True)
-        o[:, :, sl] = scale * ((eG * qc) @ S + M @ U)
-        G_last = G[:, :, -1:]
-        S = G_last.transpose(2, 3).exp() * S + (torch.exp(G_last - G) * kc).transpose(2, 3) @ U
-    return o.transpose(1, 2).to(out_dtype)
+    o = q.new_empty(B, H, n, chunk, Vd)
+    for c in range(n):
+        U = Wv[:, :, c] - Wk[:, :, c] @ S
+        o[:, :, c] = scale * (qG[:, :, c] @ S + M[:, :, c] @ U)
+        S = gLast[:, :, c].unsqueeze(-1) * S + kTail[:, :, c].transpose(-1, -2) @ U
+    return o.reshape(B, H, n * chunk, Vd)[:, :, :T].transpose(1, 2).to(out_dtype)
 
 
 def _fla_chunk_kda():
