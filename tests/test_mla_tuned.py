@@ -1,0 +1,74 @@
+"""The shipped `tuned` MLA-decode kernel, judged by the evaluator on the CPU (Triton interpreter).
+
+Odd shapes on purpose: head counts that are not a multiple of the head block (3, 5, 20, 128), sequence
+lengths that are not a multiple of any tile, B=3, a one-row cache, and more splits than rows (empty
+splits in the merge). The shipped CONFIG may take the one-split path on tiny shapes, so the split and
+merge path is also forced with `with_config`. A merge that ignores the log-sum-exp must be caught."""
+from kernels.evaluator import EvalRequest, evaluate, request_for
+from kernels.policy import check_source
+from kernels.problem import get_problem
+from kernels.tunables import read_tunables, with_config
+
+SPEC = get_problem("mla_decode")
+TUNED = request_for("mla_decode", "tuned").source
+
+
+def judge(source: str, shapes: list[dict] | None = None, shape_set: str | None = None):
+    # mode "test": policy, compile, correctness with 3 fresh seeds per shape; no timing on the CPU
+    req = EvalRequest(problem="mla_decode", source=source, kernel="tuned", device="cpu", mode="test",
+                      shapes=shapes or [], shape_set=shape_set, timeout_s=300, baselines=False)
+    return evaluate(req)
+
+
+def forced_splits(**extra) -> str:
+    """The shipped source with a small head block and tile, so tiny shapes go through the merge."""
+    cfg = dict(read_tunables(TUNED)[1])
+    cfg.update({"BLOCK_H": 16, "BLOCK_N": 16, "MIN_SPLIT": 32, "NUM_SPLITS": "auto", **extra})
+    return with_config(TUNED, cfg)
+
+
+def test_shipped_and_policy_clean():
+    assert "tuned" in SPEC.shipped_kernels
+    assert check_source(TUNED, SPEC.entry_point) == []
+    tunables, config = read_tunables(TUNED)
+    for knob, value in config.items():
+        assert value in tunables[knob], f"CONFIG[{knob!r}] = {value!r} is not one of TUNABLES[{knob!r}]"
+
+
+def test_smoke_shapes_ok():
+    v = judge(TUNED, shape_set="smoke")
+    assert v.status == "ok", v.reason + v.log_tail
+    assert all(r.correct and r.seeds == 3 for r in v.shapes)
+    assert any(k.endswith("_mla_split_kernel") for k in v.kernels_launched)
+
+
+def test_odd_shapes_with_the_shipped_config():
+    shapes = [{"B": 3, "H": 5, "S": 77}, {"B": 1, "H": 128, "S": 45}, {"B": 2, "H": 16, "S": 1}]
+    v = judge(TUNED, shapes=shapes)
+    assert v.status == "ok", v.reason + v.log_tail
+    assert [r.shape for r in v.shapes] == shapes and all(r.correct for r in v.shapes)
+
+
+def test_split_and_merge_path_on_odd_shapes():
+    # B=3, H=20 (two head blocks, the second a tail), S=100: splits of 48, 48 and 4 rows;
+    # B=1, H=3, S=77: a split of 48 rows and one of 29
+    v = judge(forced_splits(), shapes=[{"B": 3, "H": 20, "S": 100}, {"B": 1, "H": 3, "S": 77}])
+    assert v.status == "ok", v.reason + v.log_tail
+    assert any(k.endswith("_mla_merge_kernel") for k in v.kernels_launched)
+
+
+def test_more_splits_than_rows():
+    # a fixed 8 splits of 16 rows: over 37 rows the last 5 are empty, over 5 rows all but the first;
+    # empty splits must weigh nothing in the merge
+    v = judge(forced_splits(NUM_SPLITS=8), shapes=[{"B": 2, "H": 3, "S": 37}, {"B": 1, "H": 3, "S": 5}])
+    assert v.status == "ok", v.reason + v.log_tail
+    assert any(k.endswith("_mla_merge_kernel") for k in v.kernels_launched)
+
+
+def test_broken_merge_is_incorrect():
+    # the classic split-KV bug: average the splits instead of weighing them by their softmax mass
+    old, new = "w = tl.math.exp2(lse - m_max)", "w = tl.where(s_ok, 1.0, 0.0)"
+    assert old in TUNED
+    source = forced_splits().replace(old, new)
+    v = judge(source, shapes=[{"B": 1, "H": 3, "S": 77}])
+    assert v.status == "incorrect", v.reason
