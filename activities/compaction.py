@@ -26,19 +26,20 @@ ChatFn = Callable[..., dict]  # chat(settings, messages, tools=None, response_fo
 
 class CompactInput(BaseModel):
     memory: Memory  # the previous memory (its goal is the run's, never rewritten)
-    transcript: list[dict[str, Any]] = Field(default_factory=list)  # openai messages since the last compaction
+    transcript: list[dict[str, Any]] = Field(default_factory=list)  # since the last compaction: clip_transcript(recent)
     attempts: list[AttemptDigest] = Field(default_factory=list)  # the attempts evaluated since then
     best: BestKernel | None = None  # the workflow's true best (only ok verdicts)
     hints: list[str] = Field(default_factory=list)  # the user's, all of them
     turn: int = 0  # the turn this memory covers through
     model: ModelSettings | None = None  # None or unconfigured: deterministic only
+    tokens_before: int | None = None  # the caller's estimate of the prompt being compacted (estimate_prompt)
 
 
 class CompactResult(BaseModel):
     memory: Memory
     used_model: bool
     fallback_reason: str | None = None
-    tokens_before: int  # memory + transcript it replaces, estimated as compaction.prompt does
+    tokens_before: int  # the prompt before: CompactInput.tokens_before, or memory + transcript estimated here
     tokens_after: int  # the new memory block
     prompt_tokens: int = 0  # the summarizing call's usage, when the endpoint reports it
     completion_tokens: int = 0
@@ -72,7 +73,8 @@ def _reason(exc: BaseException) -> str:
 
 def compact_memory(inp: CompactInput, chat: ChatFn | None = None) -> CompactResult:
     ledger = deterministic_memory(inp.memory, inp.attempts, inp.best, inp.hints, inp.turn)
-    tokens_before = estimate_tokens([{"role": "user", "content": memory_block(inp.memory)}] + list(inp.transcript))
+    tokens_before = inp.tokens_before if inp.tokens_before is not None else estimate_tokens(
+        [{"role": "user", "content": memory_block(inp.memory)}] + list(inp.transcript))
 
     def result(mem: Memory, used: bool, reason: str | None, usage: dict | None = None) -> CompactResult:
         usage = usage or {}

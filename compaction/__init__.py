@@ -4,12 +4,12 @@ from compaction.memory import (MERGED, AttemptDigest, BestKernel, Failure, Goal,
                                Strategy, empty_memory)
 from compaction.prompt import (PromptBudgetError, build_messages, estimate_tokens, goal_block, memory_block,
                                needs_compaction, strip_figures, tail_turns)
-from compaction.summarize import (RESPONSE_FORMAT, CompactionOutputError, deterministic_memory, merge_ledger,
-                                  parse_model_memory, summary_messages)
+from compaction.summarize import (RESPONSE_FORMAT, CompactionOutputError, clip_transcript, deterministic_memory,
+                                  merge_ledger, parse_model_memory, summary_messages)
 
 __all__ = [
     "MERGED", "AttemptDigest", "BestKernel", "Failure", "Goal", "LiveFigures", "Memory", "Strategy", "empty_memory",
     "PromptBudgetError", "build_messages", "estimate_tokens", "goal_block", "memory_block", "needs_compaction",
-    "strip_figures", "tail_turns", "RESPONSE_FORMAT", "CompactionOutputError", "deterministic_memory",
+    "strip_figures", "tail_turns", "RESPONSE_FORMAT", "CompactionOutputError", "clip_transcript", "deterministic_memory",
     "merge_ledger", "parse_model_memory", "summary_messages",
 ]

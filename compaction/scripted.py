@@ -18,6 +18,7 @@ from typing import Any
 from compaction.memory import AttemptDigest, BestKernel, Goal, LiveFigures, Memory, empty_memory
 from compaction.prompt import (build_messages, estimate_prompt, estimate_tokens, memory_block, needs_compaction,
                                strip_figures, tail_turns, with_best)
+from compaction.summarize import clip_transcript
 
 BASELINES = {"fla_chunk_kda": 1000.0, "torch_chunked": 2600.0}  # us at the bench shape
 START_LATENCY = 2400.0
@@ -109,6 +110,8 @@ class CompactionRecord:
     memory: Memory
     true_best: BestKernel | None
     failures_before: list[tuple[int, str]]  # (attempt, approach) of every failure so far
+    input_bytes: int = 0  # the activity's input and result as JSON: what lands in the workflow history
+    result_bytes: int = 0
 
 
 @dataclass
@@ -144,6 +147,8 @@ class ScriptedRun:
             "memory_tokens_max": max((c.tokens_after for c in self.compactions), default=0),
             "memory_tokens_median": statistics.median([c.tokens_after for c in self.compactions] or [0]),
             "compacted_tokens_median": statistics.median([c.tokens_before for c in self.compactions] or [0]),
+            "activity_input_bytes_max": max((c.input_bytes for c in self.compactions), default=0),
+            "activity_result_bytes_max": max((c.result_bytes for c in self.compactions), default=0),
             "failures": len(self.failures),
             "best_latency_us": self.best.latency_us if self.best else None,
             "best_speedups": self.best.speedups if self.best else None,
@@ -253,13 +258,16 @@ def run_scripted(cfg: ScriptConfig | None = None, goal: Goal | None = None, chat
         if needs_compaction(calls_since, cfg.compact_every, est, cfg.context_budget, cfg.fraction):
             trigger = "every" if 0 < cfg.compact_every <= calls_since else "fraction"
             model.window = list(window)
-            res = compact_memory(CompactInput(memory=memory, transcript=recent, attempts=window, best=best,
-                                              hints=hints, turn=turn, model=settings), chat=chat)
+            inp = CompactInput(memory=memory, transcript=clip_transcript(recent), attempts=window, best=best,
+                               hints=hints, turn=turn, model=settings, tokens_before=est)
+            input_bytes = len(inp.model_dump_json())
+            res = compact_memory(inp, chat=chat)
             memory = Memory.model_validate_json(res.memory.model_dump_json())  # as it crosses Temporal
             run.compactions.append(CompactionRecord(
                 index=len(run.compactions) + 1, tool_calls=tool_calls, turn=turn, trigger=trigger,
                 used_model=res.used_model, fallback_reason=res.fallback_reason, tokens_before=res.tokens_before,
-                tokens_after=res.tokens_after, memory=memory, true_best=best, failures_before=list(run.failures)))
+                tokens_after=res.tokens_after, memory=memory, true_best=best, failures_before=list(run.failures),
+                input_bytes=input_bytes, result_bytes=len(res.model_dump_json())))
             recent = tail_turns(recent, cfg.keep_turns, max_tokens=cfg.context_budget // 8)
             window, calls_since = [], 0
 

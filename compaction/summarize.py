@@ -355,10 +355,42 @@ def render_transcript(transcript: list[dict], limit: int = TRANSCRIPT_CHARS) -> 
 
 
 def _cut(text: str, limit: int = TURN_CHARS) -> str:
+    """At most `limit` characters, head and tail kept; a cut text is not cut again."""
     if len(text) <= limit:
         return text
-    head = (limit * 2) // 3
-    return text[:head] + f" [... {len(text) - limit} characters cut ...] " + text[len(text) - (limit - head):]
+    marker = f" [... {len(text)} characters, cut ...] "
+    keep = max(limit - len(marker), 0)
+    head = (keep * 2) // 3
+    return text[:head] + marker + (text[len(text) - (keep - head):] if keep > head else "")
+
+
+def clip_transcript(transcript: list[dict], per_part: int = TURN_CHARS, total: int = TRANSCRIPT_CHARS) -> list[dict]:
+    """The transcript as the summarizer will read it: each content and each call's arguments cut to
+    `per_part` characters, the oldest messages left out past `total`. Pass this, not the raw recent
+    turns, as `CompactInput.transcript`: the summary reads the same, and the activity's input (kept
+    in the workflow's history) stays small."""
+    out: list[dict] = []
+    size = 0
+    for msg in reversed(transcript):
+        m = dict(msg)
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+        if content is not None:
+            m["content"] = _cut(str(content), per_part)
+        if m.get("tool_calls"):
+            calls = []
+            for tc in m["tool_calls"]:
+                fn = dict(tc.get("function") or {})
+                fn["arguments"] = _cut(str(fn.get("arguments") or ""), per_part)
+                calls.append(dict(tc, function=fn))
+            m["tool_calls"] = calls
+        size += len(str(m.get("content") or "")) + sum(len(tc["function"]["arguments"]) for tc in m.get("tool_calls") or [])
+        if out and size > total:
+            break
+        out.append(m)
+    out.reverse()
+    return out
 
 
 def _digest_line(d: AttemptDigest) -> str:
