@@ -21,6 +21,7 @@ from compaction.summarize import (RESPONSE_FORMAT, deterministic_memory, merge_l
                                   summary_messages)
 from workflows.models import ModelSettings
 
+SCHEMA_REFUSALS = ("HTTP400", "HTTP422")  # activities.model's error types for a refused request
 ChatFn = Callable[..., dict]  # chat(settings, messages, tools=None, response_format=None) -> completion dict
 
 
@@ -89,8 +90,14 @@ def compact_memory(inp: CompactInput, chat: ChatFn | None = None) -> CompactResu
     try:
         if chat is None:
             from activities.model import chat_completion as chat  # openai lives in the worker only
-        completion = chat(inp.model, summary_messages(inp.memory, inp.transcript, inp.attempts),
-                          response_format=RESPONSE_FORMAT)
+        messages = summary_messages(inp.memory, inp.transcript, inp.attempts)
+        try:
+            completion = chat(inp.model, messages, response_format=RESPONSE_FORMAT)
+        except Exception as exc:  # noqa: BLE001
+            if getattr(exc, "type", None) not in SCHEMA_REFUSALS:
+                raise
+            # an endpoint without structured output (older vLLM, Ollama): ask once more, schema in words only
+            completion = chat(inp.model, messages, response_format=None)
         text = _content(completion)
         model_mem = parse_model_memory(text, inp.memory, inp.best, inp.hints, turn=inp.turn)
         mem = merge_ledger(model_mem, ledger)

@@ -322,7 +322,10 @@ untimed), with the attempt number. Numbers only from tool outputs; never invent 
 % of roofline). hypotheses: open ideas worth testing. next_plan: the next few steps.
 - Be brief: one line an entry; at most {CAPS['strategies']} strategies, {CAPS['failures']} failures, \
 {CAPS['insights']} insights, {CAPS['hypotheses']} hypotheses.
-- The goal, the best kernel and the user's hints are kept by the system; do not restate them."""
+- The goal, the best kernel and the user's hints are kept by the system; do not restate them.
+
+The shape of the answer (every key required; attempt is a number or null):
+{{"strategies": [{{"hypothesis": "...", "change": "...", "effect": "...", "verdict": "kept", "attempt": 12}}], "failures": [{{"approach": "...", "why": "...", "attempt": 13}}], "insights": ["..."], "hypotheses": ["..."], "next_plan": "..."}}"""
 
 TRANSCRIPT_CHARS = 60_000
 TURN_CHARS = 1_500

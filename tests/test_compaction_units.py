@@ -474,6 +474,23 @@ def test_a_failed_model_falls_back_and_never_raises(chat, reason):
     assert res.memory == deterministic_memory(inp().memory, digests(), best(5, 50.0), ["h"], 20)
 
 
+def test_an_endpoint_without_structured_output_is_asked_again_without_the_schema():
+    from temporalio.exceptions import ApplicationError
+    calls = []
+
+    def chat(settings, messages, tools=None, response_format=None):
+        calls.append(response_format)
+        if response_format is not None:
+            raise ApplicationError("HTTP 400: response_format json_schema unsupported", type="HTTP400",
+                                   non_retryable=True)
+        return {"choices": [{"message": {"content": "```json\n" + json.dumps(valid_answer()) + "\n```"}}]}
+    res = compact_memory(inp(), chat=chat)
+    assert res.used_model and calls == [RESPONSE_FORMAT, None]
+    calls.clear()
+    res = compact_memory(inp(), chat=answering(exc=ApplicationError("HTTP 429", type="HTTP429")))
+    assert not res.used_model and "HTTP 429" in res.fallback_reason
+
+
 def test_no_model_configured_is_deterministic():
     for model in (None, ModelSettings(model="")):
         res = compact_memory(inp(model=model), chat=answering(exc=AssertionError("must not be called")))
