@@ -232,6 +232,12 @@ def estimate_tokens(messages: list[dict]) -> int:
     return REPLY_PRIMING + sum(message_tokens(m) for m in messages)
 
 
+def tools_tokens(tools: list[dict] | None) -> int:
+    """The estimated tokens of the tool definitions sent with a request: pass it as `reserve` so the
+    prompt and the tool schemas together stay within the budget."""
+    return (2 * _utf8(json.dumps(tools, sort_keys=True)) + 6) // 7 if tools else 0
+
+
 # --------------------------------------------------------------------------------------- turns
 
 

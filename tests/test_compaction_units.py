@@ -14,7 +14,7 @@ from activities.compaction import CompactInput, CompactResult, compact, compact_
 from compaction.memory import MERGED, AttemptDigest, BestKernel, Failure, Goal, LiveFigures, Memory, Strategy
 from compaction.prompt import (PromptBudgetError, build_messages, estimate_prompt, estimate_tokens, figures_text,
                                goal_block, goal_text, group_turns, memory_block, message_tokens, needs_compaction,
-                               strip_figures, tail_turns, with_best)
+                               strip_figures, tail_turns, tools_tokens, with_best)
 from compaction.summarize import (CAPS, MEMORY_SCHEMA, RESPONSE_FORMAT, TRANSCRIPT_CHARS, CompactionOutputError,
                                   cap_failures, clip_transcript, deterministic_memory, merge_ledger,
                                   parse_model_memory, render_transcript, summary_messages)
@@ -188,6 +188,16 @@ def test_random_transcripts_never_pass_the_budget(seed):
     assert estimate_tokens(msgs) <= budget
     assert msgs[0]["content"].endswith(goal_block(GOAL, FIG0))
     assert paired(msgs[2:])
+
+
+def test_reserve_makes_room_for_the_tool_schemas():
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "d" * 400,
+                                                "parameters": {"type": "object", "properties": {}}}} for i in range(8)]
+    reserve = tools_tokens(tools)
+    assert tools_tokens(None) == 0 and 900 < reserve < 1400
+    recent = [m for i in range(20) for m in turn(i, 3000)]
+    msgs = build_messages(GOAL, FIG0, Memory(goal=GOAL), recent, 10_000, reserve=reserve)
+    assert estimate_tokens(msgs) + reserve <= 10_000
 
 
 def test_tail_turns_and_grouping():
