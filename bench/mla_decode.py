@@ -1,19 +1,27 @@
-"""MLA decode on a GPU: tune the `tuned` kernel's CONFIG, then judge starter and tuned with `marathon eval`.
+"""MLA decode on a GPU: tune the `tuned` kernel's CONFIG, then judge it (and the starter) with `marathon eval`.
 
-    python bench/mla_decode.py tune  [--out DIR]                 # sweep CONFIGs with do_bench, pick one
+    python bench/mla_decode.py tune  [--out DIR]                 # sweep CONFIGs, pick one
     python bench/mla_decode.py eval  [--kernel tuned --kernel starter] [--set headline --set sweep]
                                      [--config JSON | --best-from DIR/mla_decode_tune.json]
     python bench/mla_decode.py all   [--out DIR] [--budget-s 220]  # tune, then eval with the pick
 
-`tune` is quick: it imports the kernel module in this process, rewrites its CONFIG dict, checks each
-configuration against the fp32 reference and times it with triton.testing.do_bench (L2 cleared before
-every call, median). Stage-1 variants are compiled first in parallel worker processes, which fill
-Triton's on-disk cache for the timing loop. `eval` goes through kernels.evaluator.evaluate, exactly
-like `marathon eval` (sandbox, 3 fresh seeds, L2 flush, baselines in the same run, CUDA graph figure);
-the tuned source is the shipped file with its CONFIG literal replaced (kernels.tunables.with_config).
+`tune` imports the kernel module in this process and rewrites its CONFIG dict. Each configuration is
+checked against the fp32 reference and timed as a CUDA graph replayed after a 256 MB L2 flush (median
+of 30): the GPU time alone. Eager timings at B=1 mostly measure the host (Python launch overhead
+against the flush's duration), so they rank nothing; the tune prints them for the finalists only.
+The launcher has two regimes (kernels/mla_decode/tuned.py): the SMALL_* stage-1 keys are tuned on the
+bench shape (B=1, H=64, S=8192), the plain keys on B=32, H=128, S=8192; then the merge kernel's shape
+and the programmatic dependent launch are tuned on both. Stage-1 variants are compiled first in
+parallel worker processes, which fill Triton's on-disk cache for the timing loop. A diagnosis of the
+pick follows: stage 1 alone against the whole call, host time per call, two empty Triton launches,
+and a device copy of the cache (a bandwidth yardstick), all timed the same way.
 
-Shape sets: `bench` (B=1,H=64,S=8192), `extra` (B=32,H=128,S=8192: the memory-bound regime),
-`headline` (both, in one evaluation) and `sweep` (the problem's sweep).
+`eval` goes through kernels.evaluator.evaluate, exactly like `marathon eval` (sandbox, 3 fresh seeds,
+L2 flush, baselines in the same run, CUDA-graph figure); the tuned source is the shipped file with
+its CONFIG literal replaced (kernels.tunables.with_config) when a config is given.
+
+Shape sets: `bench` (B=1,H=64,S=8192), `extra` (B=32,H=128,S=8192), `headline` (both, in one
+evaluation) and `sweep` (the problem's sweep); `tiny` for a dry run on the CPU (--device cpu).
 
 Writes to --out: mla_decode_<kernel>_<set>.json (the raw verdict, exactly `marathon eval --json`,
 under "verdict", with the host facts beside it), mla_decode_tune.json, and mla_decode_summary.json
@@ -27,6 +35,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -47,31 +56,31 @@ EXTRA = {"B": 32, "H": 128, "S": 8192}
 SETS = {"bench": [BENCH], "extra": [EXTRA], "headline": [BENCH, EXTRA],
         "tiny": [{"B": 1, "H": 4, "S": 100}, {"B": 2, "H": 3, "S": 37}]}  # tiny: a dry run on the CPU
 TUNED_PATH = ROOT / "kernels" / "mla_decode" / "tuned.py"
+FLUSH_BYTES = 256 * 2**20
 
 # Stage-1 variants worth timing: (BLOCK_H, BLOCK_N, num_warps, num_stages). Pruned ahead of time by
 # compiling every combination for sm_90 on a CPU host (triton.compile + cuobjdump): BLOCK_H=64 with 4
-# warps, and BLOCK_H=32 with BLOCK_N=64 and 4 warps, spill registers to local memory; 64x64 with 3
-# stages needs 288 KB of shared memory. BLOCK_H=64 is the one that gets wgmma (HGMMA).
+# warps, BLOCK_H=32 with BLOCK_N=64 and 4 warps, and 64x128 tiles spill registers to local memory;
+# 64x64 with 3 stages needs 288 KB of shared memory. BLOCK_H=64 is the one that gets wgmma (HGMMA).
 STAGE1 = [
-    (64, 16, 8, 2), (64, 16, 8, 3), (64, 32, 8, 2), (64, 32, 8, 3), (64, 64, 8, 2),
-    (32, 16, 8, 2), (32, 32, 8, 2), (32, 32, 8, 3), (32, 64, 8, 2), (32, 16, 4, 2), (32, 32, 4, 2),
-    (16, 16, 4, 2), (16, 32, 4, 2), (16, 32, 4, 3), (16, 32, 8, 2), (16, 64, 8, 2), (16, 64, 8, 3),
+    (64, 64, 8, 2), (64, 32, 8, 2), (64, 32, 8, 3), (64, 32, 8, 4), (64, 16, 8, 2), (64, 16, 8, 3),
+    (32, 16, 8, 2), (32, 32, 8, 2), (32, 32, 8, 3), (32, 64, 8, 2), (32, 32, 4, 2),
+    (16, 16, 4, 2), (16, 32, 4, 2), (16, 32, 4, 3), (16, 32, 8, 2), (16, 64, 8, 2),
 ]
 SPLIT_WAVES = (0.25, 0.5, 1, 2)
 MERGE_VARIANTS = ((128, 4), (64, 2), (256, 4), (512, 8))  # (MERGE_BLOCK_D, MERGE_WARPS)
+# the regime each tuning shape exercises, and the prefix of the keys it reads
+REGIMES = (("SMALL_", BENCH), ("", EXTRA))
 
 
 def base_config() -> dict:
     return dict(read_tunables(TUNED_PATH.read_text())[1])
 
 
-def candidate_configs() -> list[dict]:
-    out = []
-    for (bh, bn, nw, ns), waves in itertools.product(STAGE1, SPLIT_WAVES):
-        cfg = base_config()
-        cfg.update(BLOCK_H=bh, BLOCK_N=bn, num_warps=nw, num_stages=ns, NUM_SPLITS="auto", SPLIT_WAVES=waves)
-        out.append(cfg)
-    return out
+def stage1_config(base: dict, pre: str, variant: tuple, waves: float) -> dict:
+    bh, bn, nw, ns = variant
+    return {**base, pre + "BLOCK_H": bh, pre + "BLOCK_N": bn, pre + "num_warps": nw, pre + "num_stages": ns,
+            pre + "SPLIT_WAVES": waves, "NUM_SPLITS": "auto"}
 
 
 def host_facts() -> dict:
@@ -88,12 +97,7 @@ def host_facts() -> dict:
             "host": platform.node(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-# ---------------------------------------------------------------------------------------------- tune
-
-def _load_tuned():
-    import importlib
-    return importlib.import_module("kernels.mla_decode.tuned")
-
+# ---------------------------------------------------------------------------------------------- timing
 
 def _inputs(shape: dict, seed: int = 0, device: str = "cuda"):
     import torch
@@ -101,31 +105,82 @@ def _inputs(shape: dict, seed: int = 0, device: str = "cuda"):
     return make_inputs(shape, seed, device, torch.bfloat16 if device == "cuda" else torch.float16)
 
 
-def _bench_us(fn, device: str) -> float:
-    """Median microseconds of fn: do_bench on the GPU (L2 cleared before each call), a wall clock off it."""
-    import statistics
-    import triton
-    if device == "cuda":
-        return 1e3 * triton.testing.do_bench(fn, warmup=5, rep=30, return_mode="median")
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
+class Timer:
+    """GPU time of a call, the L2 flushed before each: as a CUDA graph (the device alone) or eager
+    (events around the Python call: the host's launch cost shows when it outlasts the flush)."""
+
+    def __init__(self, device: str, reps: int = 30) -> None:
+        import torch
+        self.device, self.reps = device, reps
+        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device) if device == "cuda" else None
+
+    def _events(self, launch) -> float:
+        import torch
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        for i in range(self.reps):
+            self.flush.zero_()
+            starts[i].record()
+            launch()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+
+    def graph_us(self, fn) -> float:
+        import torch
+        if self.device != "cuda":
+            return self.host_us(fn)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up outside the capture
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        torch.cuda.synchronize()
+        return self._events(graph.replay)
+
+    def eager_us(self, fn) -> float:
+        if self.device != "cuda":
+            return self.host_us(fn)
         fn()
-        times.append(1e6 * (time.perf_counter() - t0))
-    return statistics.median(times)
+        return self._events(fn)
+
+    def host_us(self, fn, calls: int = 200) -> float:
+        """Wall time per call of `calls` calls in a row (the queue absorbs the GPU work when the GPU
+        is faster than the host): the host's cost of one call."""
+        import torch
+        fn()
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls if self.device == "cuda" else 3):
+            fn()
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        return 1e6 * (time.perf_counter() - t0) / (calls if self.device == "cuda" else 3)
 
 
-def _warm(job: tuple[dict, list[dict], str]) -> str | None:
-    """In a worker process: run one configuration once per shape, which compiles its kernels into
+# ---------------------------------------------------------------------------------------------- tune
+
+def _load_tuned():
+    import importlib
+    return importlib.import_module("kernels.mla_decode.tuned")
+
+
+def _warm(job: tuple[list[dict], dict, str]) -> str | None:
+    """In a worker process: run configurations once on a shape, which compiles their kernels into
     Triton's on-disk cache. Returns an error text or None."""
-    cfg, shapes, device = job
+    configs, shape, device = job
     try:
         import torch
         mod = _load_tuned()
-        mod.CONFIG.clear()
-        mod.CONFIG.update(cfg)
-        for shape in shapes:
-            mod.mla_decode(**_inputs(shape, device=device))
+        inp = _inputs(shape, device=device)
+        for cfg in configs:
+            mod.CONFIG.clear()
+            mod.CONFIG.update(cfg)
+            mod.mla_decode(**inp)
         if device == "cuda":
             torch.cuda.synchronize()
         return None
@@ -133,108 +188,178 @@ def _warm(job: tuple[dict, list[dict], str]) -> str | None:
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
 
-def tune(shapes: list[dict], out_dir: Path, workers: int = 8, deadline: float | None = None,
-         device: str = "cuda", limit: int | None = None, refine: int = 4) -> dict:
+class _SkipMerge:
+    """Stands in for the merge kernel, to time stage 1 alone (the output is then wrong, on purpose)."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def tune(out_dir: Path, workers: int = 8, deadline: float | None = None, device: str = "cuda",
+         limit: int | None = None, finalists: int = 2) -> dict:
+    import multiprocessing as mp
+
     import torch
     from kernels.mla_decode.reference import reference
 
-    configs = candidate_configs()[:limit]
+    regimes = REGIMES if device == "cuda" else (("SMALL_", SETS["tiny"][0]), ("", SETS["tiny"][1]))
+    base = base_config()
+    if device == "cpu":  # the dry run: every tiny shape in the regime it is tuned for
+        base["SMALL_BELOW"] = 2
+    variants = STAGE1[:limit]
     t0 = time.time()
-    # compile: one job per stage-1 variant (the split heuristic's knobs share its kernels), in parallel
-    by_stage1: dict[tuple, dict] = {}
-    for cfg in configs:
-        key = (cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"])
-        by_stage1.setdefault(key, cfg)
-    jobs = []
-    for cfg in by_stage1.values():  # every split count class: one split (direct) and several
-        for waves in (min(SPLIT_WAVES), max(SPLIT_WAVES)):
-            jobs.append(({**cfg, "SPLIT_WAVES": waves}, shapes, device))
-    import multiprocessing as mp
+    keys = [(pre, v) for pre, _ in regimes for v in variants]
+    jobs = [([stage1_config(base, pre, v, w) for w in SPLIT_WAVES], shape, device)
+            for pre, shape in regimes for v in variants]
     with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
         warm_errors = list(pool.map(_warm, jobs))
-    broken = {}
-    for (cfg, _, _), err in zip(jobs, warm_errors):
-        if err:
-            broken[(cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"])] = err
-    print(f"compiled {len(jobs)} variants in {time.time() - t0:.0f} s; {len(broken)} stage-1 variants failed",
-          flush=True)
+    broken = {key: err for key, err in zip(keys, warm_errors) if err}
+    print(f"compiled {len(jobs)} stage-1 variant x shape jobs in {time.time() - t0:.0f} s; "
+          f"{len(broken)} failed: {sorted(set(broken.values()))[:3]}", flush=True)
 
     mod = _load_tuned()
     spec = get_problem(PROBLEM)
-    data = []
-    for shape in shapes:
+    timer = Timer(device)
+    data = {}
+    for _, shape in regimes:
         inp = _inputs(shape, seed=1, device=device)
-        data.append((shape, inp, reference(**inp)))
-    def measure(cfg: dict) -> dict:
-        key = (cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"])
+        data[json.dumps(shape)] = (shape, inp, reference(**inp))
+
+    def measure(cfg: dict, shapes: list[dict], eager: bool = False) -> dict:
         row = {"config": cfg, "results": []}
-        if key in broken:
-            row["error"] = broken[key]
-            return row
         mod.CONFIG.clear()
         mod.CONFIG.update(cfg)
-        for shape, inp, ref in data:
+        for shape in shapes:
+            _, inp, ref = data[json.dumps(shape)]
             try:
                 out = mod.mla_decode(**inp).float()
                 rel = ((out - ref).norm() / ref.norm()).item()
                 ok = bool(torch.isfinite(out).all()) and rel <= spec.tolerances[spec.dtypes[device]].rel
-                us = _bench_us(lambda: mod.mla_decode(**inp), device)
+                call = lambda: mod.mla_decode(**inp)  # noqa: E731
+                res = {"shape": shape, "rel_err": rel, "correct": ok, "graph_us": timer.graph_us(call)}
+                if eager:
+                    res["eager_us"] = timer.eager_us(call)
+                    res["host_us"] = timer.host_us(call)
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                 break
             floor_bytes = spec.traffic(shape, inp["q"].element_size()).min_bytes
-            row["results"].append({"shape": shape, "rel_err": rel, "correct": ok, "us": us,
-                                   "hbm_pct": 100 * floor_bytes / (us * 1e-6) / PEAK_HBM})
+            res["hbm_pct"] = 100 * floor_bytes / (res["graph_us"] * 1e-6) / PEAK_HBM
+            row["results"].append(res)
         print(_tune_line(row), flush=True)
         return row
 
-    def ranked(rows: list[dict]) -> list[dict]:
-        """Correct everywhere, then the smallest geometric mean of time / best time, per shape."""
-        good = [r for r in rows if "error" not in r and len(r["results"]) == len(shapes)
+    def ranked(rows: list[dict], n_shapes: int) -> list[dict]:
+        """Correct everywhere, then the smallest geometric mean of graph time / best graph time."""
+        good = [r for r in rows if "error" not in r and len(r["results"]) == n_shapes
                 and all(x["correct"] for x in r["results"])]
-        best_us = [min(r["results"][i]["us"] for r in good) for i in range(len(shapes))] if good else []
+        best = [min(r["results"][i]["graph_us"] for r in good) for i in range(n_shapes)] if good else []
         for r in good:
-            r["score"] = math.prod(x["us"] / b for x, b in zip(r["results"], best_us)) ** (1 / len(shapes))
+            r["score"] = math.prod(x["graph_us"] / b for x, b in zip(r["results"], best)) ** (1 / n_shapes)
         return sorted(good, key=lambda r: r["score"])
 
-    # phase 1: stage-1 tiles, warps, stages and split counts
-    rows = []
-    for cfg in configs:
-        if deadline and time.time() > deadline:
-            print("tune: out of time budget; stopping early", flush=True)
-            break
-        rows.append(measure(cfg))
-    # phase 2: around the leaders, the merge kernel's shape and the programmatic dependent launch
-    seen = {json.dumps(r["config"], sort_keys=True) for r in rows}
-    for lead in [r["config"] for r in ranked(rows)[:refine]]:
-        for pdl, (block_d, warps) in itertools.product((False, True), MERGE_VARIANTS):
-            cfg = {**lead, "PDL": pdl, "MERGE_BLOCK_D": block_d, "MERGE_WARPS": warps}
-            if json.dumps(cfg, sort_keys=True) in seen or (deadline and time.time() > deadline):
+    # phase 1: each regime's stage-1 tiles, warps, stages and split counts, on its own shape
+    phase1: dict[str, list[dict]] = {}
+    for pre, shape in regimes:
+        rows = phase1[pre] = []
+        for v, w in itertools.product(variants, SPLIT_WAVES):
+            if deadline and time.time() > deadline:
+                print("tune: out of time budget; stopping early", flush=True)
+                break
+            cfg = stage1_config(base, pre, v, w)
+            if (pre, v) in broken:
+                rows.append({"config": cfg, "results": [], "error": broken[(pre, v)]})
                 continue
-            seen.add(json.dumps(cfg, sort_keys=True))
-            rows.append(measure(cfg))
-    scored = ranked(rows)
-    result = {"shapes": shapes, "host": host_facts(), "rows": rows,
-              "best": scored[0]["config"] if scored else None,
-              "best_per_shape": {json.dumps(s): min(scored, key=lambda r: r["results"][i]["us"])["config"]
-                                 for i, s in enumerate(shapes)} if scored else {},
-              "elapsed_s": round(time.time() - t0, 1)}
+            rows.append(measure(cfg, [shape]))
+    leaders = {pre: [r["config"] for r in ranked(rows, 1)[:finalists]] for pre, rows in phase1.items()}
+    regime_keys = {pre: [pre + k for k in ("BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "SPLIT_WAVES")]
+                   for pre, _ in regimes}
+
+    # phase 2: the regimes' leaders combined, with the merge kernel's shape and PDL, on both shapes
+    shapes = [shape for _, shape in regimes]
+    phase2 = []
+    small, large = leaders.get("SMALL_", []), leaders.get("", [])
+    for s_cfg, l_cfg in itertools.product(small or [base], large or [base]):
+        for pdl, (block_d, warps) in itertools.product((False, True), MERGE_VARIANTS):
+            if deadline and time.time() > deadline:
+                break
+            cfg = {**base, **{k: s_cfg[k] for k in regime_keys["SMALL_"]},
+                   **{k: l_cfg[k] for k in regime_keys[""]},
+                   "PDL": pdl, "MERGE_BLOCK_D": block_d, "MERGE_WARPS": warps}
+            phase2.append(measure(cfg, shapes))
+    scored = ranked(phase2, len(shapes))
+    best = scored[0]["config"] if scored else None
+
+    # the pick, eager as well, and where its time goes
+    diag = {}
+    if best is not None:
+        print("\nthe pick, eager and host time as well:", flush=True)
+        final = measure(best, shapes, eager=True)
+        diag = diagnose(mod, best, data, shapes, timer)
+    else:
+        final = None
+    result = {"shapes": shapes, "host": host_facts(), "phase1": phase1, "phase2": phase2,
+              "best": best, "best_row": final, "diagnosis": diag, "elapsed_s": round(time.time() - t0, 1)}
     (out_dir / "mla_decode_tune.json").write_text(json.dumps(result, indent=1))
-    print("\ntop configurations (score = geometric mean of time / best time per shape):")
-    for row in scored[:8]:
+    print("\nphase 1 leaders (graph us on the regime's shape):")
+    for pre, rows in phase1.items():
+        for row in ranked(rows, 1)[:5]:
+            print(f"  {pre or 'LARGE_'}: " + _tune_line(row))
+    print("phase 2 top (score = geometric mean of graph time / best graph time per shape):")
+    for row in scored[:6]:
         print(f"  {row['score']:.3f}  " + _tune_line(row))
+    print("pick:", json.dumps(best))
+    print("diagnosis:", json.dumps(diag))
     return result
+
+
+def diagnose(mod, cfg: dict, data: dict, shapes: list[dict], timer: Timer) -> dict:
+    """Where the pick's time goes, each figure a CUDA graph after an L2 flush unless named host."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _empty(x_ptr):
+        pass
+
+    out = {}
+    x = torch.empty(16, device=timer.device)
+    out["two_empty_launches_graph_us"] = timer.graph_us(lambda: (_empty[(1,)](x), _empty[(1,)](x)))
+    out["two_empty_launches_eager_us"] = timer.eager_us(lambda: (_empty[(1,)](x), _empty[(1,)](x)))
+    out["two_empty_launches_host_us"] = timer.host_us(lambda: (_empty[(1,)](x), _empty[(1,)](x)))
+    mod.CONFIG.clear()
+    mod.CONFIG.update(cfg)
+    for shape in shapes:
+        _, inp, _ = data[json.dumps(shape)]
+        tag = f"{shape['B']}x{shape['H']}x{shape['S']}"
+        kv = inp["kv"]
+        out[f"{tag}_kv_copy_graph_us"] = timer.graph_us(lambda: kv.clone())  # reads and writes kv once
+        out[f"{tag}_whole_graph_us"] = timer.graph_us(lambda: mod.mla_decode(**inp))
+        merge = mod._mla_merge_kernel
+        mod._mla_merge_kernel = _SkipMerge()
+        try:
+            out[f"{tag}_stage1_only_graph_us"] = timer.graph_us(lambda: mod.mla_decode(**inp))
+        finally:
+            mod._mla_merge_kernel = merge
+        out[f"{tag}_host_us"] = timer.host_us(lambda: mod.mla_decode(**inp))
+    return {k: round(v, 2) for k, v in out.items()}
 
 
 def _tune_line(row: dict) -> str:
     c = row["config"]
-    head = (f"H{c['BLOCK_H']:<3}N{c['BLOCK_N']:<3}w{c['num_warps']} s{c['num_stages']} waves {c['SPLIT_WAVES']:<4} "
-            f"m{c['MERGE_BLOCK_D']}/{c['MERGE_WARPS']}{' pdl' if c['PDL'] else ''}")
+    parts = []
+    for pre in ("SMALL_", ""):
+        parts.append(f"{pre[:1] or 'L'}:H{c[pre + 'BLOCK_H']}N{c[pre + 'BLOCK_N']}w{c[pre + 'num_warps']}"
+                     f"s{c[pre + 'num_stages']}x{c[pre + 'SPLIT_WAVES']}")
+    head = " ".join(parts) + f" m{c['MERGE_BLOCK_D']}/{c['MERGE_WARPS']}{' pdl' if c['PDL'] else ''}"
     if "error" in row:
         return head + " ERROR " + row["error"][:120]
     return head + " | " + " | ".join(
-        f"{r['shape']['B']}x{r['shape']['H']}x{r['shape']['S']}: {r['us']:8.2f} us {r['hbm_pct']:5.1f}% HBM"
-        + ("" if r["correct"] else f" WRONG rel {r['rel_err']:.2e}") for r in row["results"])
+        f"{r['shape']['B']}x{r['shape']['H']}x{r['shape']['S']}: {r['graph_us']:7.2f} us graph"
+        + (f", {r['eager_us']:7.2f} eager, {r['host_us']:6.1f} host" if "eager_us" in r else "")
+        + f" {r['hbm_pct']:5.1f}% HBM" + ("" if r["correct"] else f" WRONG rel {r['rel_err']:.2e}")
+        for r in row["results"])
 
 
 # ---------------------------------------------------------------------------------------------- eval
@@ -307,12 +432,11 @@ def main() -> int:
     ap.add_argument("--best-from", default=None, help="eval: take tuned's CONFIG from a mla_decode_tune.json")
     ap.add_argument("--no-baselines", action="append", default=[], metavar="KERNEL",
                     help="eval: skip the baselines for this kernel's evaluations (repeatable)")
-    ap.add_argument("--tune-shapes", default="headline", choices=tuple(SETS))
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="cpu: a dry run of the script itself in the Triton interpreter")
-    ap.add_argument("--limit", type=int, default=None, help="tune: only the first N configurations")
-    ap.add_argument("--refine", type=int, default=4, help="tune: leaders whose merge and PDL are varied")
+    ap.add_argument("--limit", type=int, default=None, help="tune: only the first N stage-1 variants")
+    ap.add_argument("--finalists", type=int, default=2, help="tune: leaders per regime combined in phase 2")
     ap.add_argument("--budget-s", type=float, default=None, help="all: stop starting new steps after this")
     ap.add_argument("--timeout", type=float, default=300.0, help="eval: the candidate's wall-clock limit")
     args = ap.parse_args()
@@ -330,8 +454,7 @@ def main() -> int:
         config = json.loads(Path(args.best_from).read_text())["best"]
     if args.mode in ("tune", "all"):
         tune_deadline = start + 0.5 * args.budget_s if args.budget_s else None
-        tune_result = tune(SETS[args.tune_shapes], out_dir, args.workers, tune_deadline, args.device, args.limit,
-                           args.refine)
+        tune_result = tune(out_dir, args.workers, tune_deadline, args.device, args.limit, args.finalists)
         if args.mode == "tune":
             return 0 if tune_result["best"] else 1
         config = tune_result["best"] or config

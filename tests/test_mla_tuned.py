@@ -21,9 +21,12 @@ def judge(source: str, shapes: list[dict] | None = None, shape_set: str | None =
 
 
 def forced_splits(**extra) -> str:
-    """The shipped source with a small head block and tile, so tiny shapes go through the merge."""
+    """The shipped source with a small head block and tile in both regimes (small and large batch),
+    so tiny shapes go through the merge."""
     cfg = dict(read_tunables(TUNED)[1])
-    cfg.update({"BLOCK_H": 16, "BLOCK_N": 16, "MIN_SPLIT": 32, "NUM_SPLITS": "auto", **extra})
+    for pre in ("", "SMALL_"):
+        cfg.update({pre + "BLOCK_H": 16, pre + "BLOCK_N": 16, pre + "SPLIT_WAVES": 1})
+    cfg.update({"MIN_SPLIT": 32, "NUM_SPLITS": "auto", **extra})
     return with_config(TUNED, cfg)
 
 
