@@ -295,7 +295,10 @@ def tune(out_dir: Path, workers: int = 8, deadline: float | None = None, device:
     if best is not None:
         print("\nthe pick, eager and host time as well:", flush=True)
         final = measure(best, shapes, eager=True)
-        diag = diagnose(mod, best, data, shapes, timer)
+        try:
+            diag = diagnose(mod, best, data, shapes, timer)
+        except Exception as exc:  # a yardstick that fails must not cost the pick
+            diag = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     else:
         final = None
     result = {"shapes": shapes, "host": host_facts(), "phase1": phase1, "phase2": phase2,
@@ -432,6 +435,8 @@ def main() -> int:
     ap.add_argument("--best-from", default=None, help="eval: take tuned's CONFIG from a mla_decode_tune.json")
     ap.add_argument("--no-baselines", action="append", default=[], metavar="KERNEL",
                     help="eval: skip the baselines for this kernel's evaluations (repeatable)")
+    ap.add_argument("--no-baselines-set", action="append", default=[], metavar="SET",
+                    help="eval: skip the baselines for this shape set's evaluations (repeatable)")
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="cpu: a dry run of the script itself in the Triton interpreter")
@@ -466,8 +471,8 @@ def main() -> int:
             if deadline and time.time() > deadline:
                 print(f"skipping {kernel} / {set_name}: out of time budget", flush=True)
                 continue
-            records.append(eval_kernel(kernel, set_name, out_dir, config, kernel not in args.no_baselines,
-                                       args.timeout, args.device))
+            baselines = kernel not in args.no_baselines and set_name not in args.no_baselines_set
+            records.append(eval_kernel(kernel, set_name, out_dir, config, baselines, args.timeout, args.device))
             summarize(records, tune_result, out_dir, show=False)  # after each, so a kill keeps the rest
     if records:
         summarize(records, tune_result, out_dir)
