@@ -48,4 +48,5 @@ PROBLEM = ProblemSpec(
         "float32": Tolerance(rel=1e-3, abs_frac=1e-2),
     },
     dtypes={"cpu": "float16", "cuda": "bfloat16"},
+    shipped_kernels=("starter", "tuned"),
 )
