@@ -58,10 +58,12 @@ TUNABLES = {
     "MERGE_WARPS": (1, 2, 4, 8),
     "PDL": (False, True),
 }
+# Picked on an H200 by `python bench/mla_decode.py tune` (bench/results/mla_decode_tune.json): CUDA-graph
+# time after an L2 flush, 21.7 us at B=1, H=64, S=8192 and 272 us at B=32, H=128, S=8192.
 CONFIG = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "SPLIT_WAVES": 1,
-          "SMALL_BELOW": 16, "SMALL_BLOCK_H": 64, "SMALL_BLOCK_N": 64, "SMALL_num_warps": 8,
-          "SMALL_num_stages": 2, "SMALL_SPLIT_WAVES": 1, "NUM_SPLITS": "auto", "MIN_SPLIT": 64,
-          "MERGE_BLOCK_D": 512, "MERGE_WARPS": 8, "PDL": True}
+          "SMALL_BELOW": 16, "SMALL_BLOCK_H": 16, "SMALL_BLOCK_N": 32, "SMALL_num_warps": 4,
+          "SMALL_num_stages": 3, "SMALL_SPLIT_WAVES": 1, "NUM_SPLITS": "auto", "MIN_SPLIT": 64,
+          "MERGE_BLOCK_D": 256, "MERGE_WARPS": 4, "PDL": True}
 
 D_LATENT = 512
 LOG2E = 1.4426950408889634
