@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import openai
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from workflows.models import AgentTurnInput, AgentTurnResult, ModelSettings
 
@@ -73,7 +73,9 @@ def map_error(exc: Exception) -> ApplicationError:
         body = str(exc.message)[:500]
         if status in RETRYABLE_STATUS or status >= 500:
             return ApplicationError(f"model endpoint answered HTTP {status}: {body}", type=f"HTTP{status}",
-                                    next_retry_delay=retry_after(exc.response.headers))
+                                    next_retry_delay=retry_after(exc.response.headers),
+                                    category=ApplicationErrorCategory.BENIGN if status in (408, 429)
+                                    else ApplicationErrorCategory.UNSPECIFIED)
         return ApplicationError(f"model endpoint refused the request, HTTP {status}: {body}",
                                 type=f"HTTP{status}", non_retryable=True)
     if isinstance(exc, openai.APITimeoutError):

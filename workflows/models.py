@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from compaction.memory import AttemptDigest, Memory
 from kernels.verdict import Verdict
 
 Policy = Literal["llm", "tuner"]
@@ -71,12 +72,14 @@ class RunSpec(BaseModel):
     budgets: Budgets = Field(default_factory=Budgets)
     eval: EvalSettings = Field(default_factory=EvalSettings)
     hints: list[str] = Field(default_factory=list)  # the user's hints, given at start
+    memory: Memory | None = None  # start from an earlier run's memory (e.g. a tuner run's report)
     # compaction (issue 5)
     compact_every: int = 40  # tool calls between compactions
     context_budget: int = 48000  # tokens a prompt may use
     # bounded history
     continue_as_new_every: int = 150  # turns (model turns or tuner steps) per run segment
     max_history_bytes: int = 2_000_000  # continue-as-new once a segment's history passes this
+    max_state_bytes: int = 800_000  # at continue-as-new, older ledger entries and evaluations are pruned past this
     inline_source_cap: int = 32768  # larger sources travel as artifact keys
     tool_output_cap: int = 6000  # characters of a tool result in history; the rest in the artifact store
     max_source_bytes: int = 200_000  # write_kernel refuses larger sources
@@ -85,6 +88,8 @@ class RunSpec(BaseModel):
     gpu_task_queue: str = "marathon-gpu"
     tool_timeout_s: float = 120.0
     search_attributes: bool = True  # upsert MarathonProblem/Policy/BestSpeedup/ToolCalls
+    # set by the workflow when it continues as new: the run's state so far. Leave it out.
+    carry: RunState | None = None
 
     def resolved_policy(self) -> Policy:
         if self.policy is not None:
@@ -108,6 +113,7 @@ class EvalDigest(BaseModel):
     reason: str
     speedup: float | None = None  # Verdict.best_speedup(): worst shape against the strongest baseline
     baseline: str | None = None  # the baseline that speedup is against
+    speedups: dict[str, float] = Field(default_factory=dict)  # per baseline, its worst shape
     latency_us: float | None = None  # geometric mean over shapes
     roofline_pct: float | None = None  # the lowest over shapes
     artifact: str | None = None  # the full verdict JSON in the artifact store
@@ -159,12 +165,18 @@ class TokenUsage(BaseModel):
     max_prompt_tokens: int = 0
 
 
+class TunerTrial(BaseModel):
+    """One configuration the tuner wrote (and, unless writing failed, profiled)."""
+    key: str  # canonical JSON of the config
+    config: dict[str, Any]
+    attempt: int | None = None
+    status: str = "pending"  # a verdict status, "pending" (written, not yet profiled) or "write_failed"
+    latency_us: float | None = None
+    speedup: float | None = None
+
+
 class TunerState(BaseModel):
-    tunables: dict[str, list[Any]] = Field(default_factory=dict)
-    base_attempt: int = 0  # the source whose CONFIG it rewrites
-    tried: list[str] = Field(default_factory=list)  # canonical keys of every configuration evaluated
-    pending: dict[str, Any] | None = None  # written, not yet profiled
-    pending_attempt: int | None = None
+    trials: list[TunerTrial] = Field(default_factory=list)
     exhausted: bool = False
 
 
@@ -201,11 +213,13 @@ class RunState(BaseModel):
     current_source: SourceRef | None = None
     best: BestKernel | None = None
     ledger: list[ToolCallRecord] = Field(default_factory=list)
+    ledger_pruned: int = 0  # the oldest ledger entries dropped to keep the carried state small
     notes: list[str] = Field(default_factory=list)
     hints: list[str] = Field(default_factory=list)
     pending_hints: list[str] = Field(default_factory=list)  # not yet shown to the model
     recent: list[dict[str, Any]] = Field(default_factory=list)  # openai messages since the last compaction
-    memory: dict[str, Any] | None = None  # compaction.memory.Memory as JSON
+    memory: Memory | None = None  # the compacted memory (compaction/), its goal fixed at the start
+    window: list[AttemptDigest] = Field(default_factory=list)  # evaluations since the last compaction
     compactions: int = 0
     calls_since_compaction: int = 0
     tokens: TokenUsage = Field(default_factory=TokenUsage)
@@ -213,6 +227,9 @@ class RunState(BaseModel):
     model_failures: int = 0
     tuner: TunerState = Field(default_factory=TunerState)
     notebook: list[str] = Field(default_factory=list)  # the last lines of the lab notebook
+    paused: bool = False
+    paused_since: datetime | None = None
+    stop_requested: str | None = None
     stop_reason: str | None = None
 
     def attempt(self, n: int) -> Attempt | None:
@@ -220,6 +237,9 @@ class RunState(BaseModel):
 
 
 # ---------------------------------------------------------------------------------- control/report
+RunSpec.model_rebuild()
+
+
 class Extension(BaseModel):
     hours: float = 0.0
     tool_calls: int = 0
@@ -270,6 +290,7 @@ class RunReport(BaseModel):
     segment_history_bytes: list[int] = Field(default_factory=list)
     ledger: list[Attempt] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    memory: Memory | None = None
 
 
 # ------------------------------------------------------------------------ activity inputs / outputs

@@ -1,0 +1,154 @@
+"""compile_kernel, test_kernel and profile_kernel as plain functions over the evaluator.
+
+`evaluate` blocks for seconds to minutes (a judge process, a sandbox process); the activity wrapper runs
+this in a worker thread and passes Temporal's heartbeat as the callback, so a killed GPU worker's
+evaluation is retried elsewhere after the heartbeat timeout. A bad kernel is a Verdict handed to the
+model; EvaluatorError (infrastructure) propagates and Temporal retries it."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from activities.artifacts import ArtifactStore, capped
+from activities.tools import source_text
+from kernels.evaluator import PROJECT_ROOT, EvalRequest, evaluate
+from kernels.verdict import Verdict
+from workflows.models import EVAL_MODES, EvalDigest, EvalInput, EvalResult
+
+NCU_METRICS = {
+    "gpu__time_duration.sum": "duration_ns",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_pct_of_peak",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_pct_of_peak",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
+    "launch__registers_per_thread": "registers_per_thread",
+    "launch__shared_mem_per_block_static": "static_smem_bytes",
+    "launch__shared_mem_per_block_dynamic": "dynamic_smem_bytes",
+    "l1tex__t_sector_hit_rate.pct": "l1_hit_pct",
+    "lts__t_sector_hit_rate.pct": "l2_hit_pct",
+}
+
+
+def request_for(inp: EvalInput, source: str) -> EvalRequest:
+    s = inp.settings
+    return EvalRequest(problem=inp.problem, source=source, kernel=f"attempt {inp.attempt}", device=s.device,
+                       shape_set=None if s.shape_list else s.shapes, shapes=s.shape_list,
+                       mode=EVAL_MODES[inp.tool], timeout_s=s.timeout_s, seeds=s.seeds, reps=s.reps,
+                       baselines=s.baselines)
+
+
+def _fmt_shape(shape: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in shape.items())
+
+
+def digest(tool: str, verdict: Verdict, artifact: str | None) -> EvalDigest:
+    speedup = verdict.best_speedup()
+    baseline = None
+    if speedup is not None:
+        worst = min((r for r in verdict.shapes if r.speedup), key=lambda r: min(r.speedup.values()))
+        baseline = min(worst.speedup, key=worst.speedup.get)
+    lat = [r.latency_us for r in verdict.shapes if r.latency_us]
+    roof = [r.roofline_pct for r in verdict.shapes if r.roofline_pct is not None]
+    speedups: dict[str, float] = {}
+    for r in verdict.shapes:
+        for name, ratio in r.speedup.items():
+            speedups[name] = min(ratio, speedups.get(name, ratio))
+    return EvalDigest(
+        tool=tool, mode=verdict.mode, status=verdict.status, reason=verdict.reason[:240], speedup=speedup,
+        baseline=baseline, speedups=speedups, latency_us=round(math.exp(sum(math.log(x) for x in lat) / len(lat)), 3) if lat else None,
+        roofline_pct=min(roof) if roof else None, artifact=artifact)
+
+
+def describe(tool: str, attempt: int, verdict: Verdict, ncu: dict | None = None) -> str:
+    """The verdict as the model reads it."""
+    verb = {"compile_kernel": "compile", "test_kernel": "test", "profile_kernel": "profile"}[tool]
+    lines = [f"{verb} attempt {attempt}: {verdict.status.upper()} ({verdict.device}"
+             + (f", {verdict.gpu.name}" if verdict.gpu else "") + f", {verdict.elapsed_s:.1f} s)",
+             verdict.reason]
+    for r in verdict.shapes:
+        parts = [f"  {_fmt_shape(r.shape)}: " + ("correct" if r.correct else "NOT correct")]
+        if r.rel_err is not None:
+            parts.append(f"rel_err {r.rel_err:.2e}")
+        if r.latency_us is not None:
+            parts.append(f"{r.latency_us:.2f} us (p10 {r.timing.p10_us:.2f}, p90 {r.timing.p90_us:.2f})" if r.timing
+                         else f"{r.latency_us:.2f} us")
+            if r.timing and r.timing.graph_median_us:
+                parts.append(f"CUDA graph {r.timing.graph_median_us:.2f} us")
+        for name, ratio in r.speedup.items():
+            parts.append(f"{ratio:.3f}x vs {name} ({r.baselines.get(name, 0):.2f} us)")
+        if r.roofline_pct is not None:
+            parts.append(f"{r.roofline_pct:.1f}% of roofline (floor {r.floor_us:.2f} us)")
+        if r.note:
+            parts.append(r.note)
+        lines.append("; ".join(parts))
+    if verdict.shapes and not verdict.timing_meaningful and any(r.latency_us for r in verdict.shapes):
+        lines.append("  (CPU / Triton interpreter: times are not meaningful)")
+    lines += [f"  flag: {f}" for f in verdict.flags]
+    if ncu:
+        lines.append("  Nsight Compute: " + "; ".join(
+            f"{k}: " + ", ".join(f"{m}={v}" for m, v in vals.items()) for k, vals in ncu.items()))
+    if verdict.status != "ok" and verdict.log_tail.strip():
+        lines += ["candidate output (tail):", verdict.log_tail.strip()[-2500:]]
+    return "\n".join(lines)
+
+
+def ncu_metrics(req: EvalRequest, kernels: list[str], timeout_s: float = 600.0) -> dict | str:
+    """Nsight Compute metrics of the candidate's own kernels at the first shape: the judge runs once more
+    (test mode, one seed) under `ncu --target-processes all`, so the candidate still runs only inside the
+    evaluator's sandbox. A dict {kernel: {metric: value}}, or a string saying why there is none."""
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        return "ncu is not on this worker's PATH"
+    names = sorted({k.split(".")[-1] for k in kernels})
+    if not names:
+        return "no candidate kernels were seen"
+    shapes = req.shapes[:1] or []
+    probe = req.model_copy(update={"mode": "test", "seeds": 1, "baselines": False, "shapes": shapes,
+                                   "shape_set": req.shape_set if not shapes else None})
+    with tempfile.TemporaryDirectory(prefix="marathon-ncu-") as tmp:
+        req_path, out_path = Path(tmp) / "request.json", Path(tmp) / "verdict.json"
+        req_path.write_text(probe.model_dump_json())
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+        cmd = [ncu, "--target-processes", "all", "--csv", "--page", "raw", "--launch-count", "8",
+               "--kernel-name", "regex:" + "|".join(names), "--metrics", ",".join(NCU_METRICS),
+               sys.executable, "-m", "kernels.judge", str(req_path), str(out_path)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return "ncu timed out"
+    rows = [line for line in proc.stdout.splitlines() if line.startswith('"')]
+    if len(rows) < 2:
+        return f"ncu captured no kernels (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"
+    out: dict[str, dict[str, str]] = {}
+    reader = csv.DictReader(io.StringIO("\n".join(rows)))
+    for row in reader:
+        name = row.get("Kernel Name") or row.get("Function Name") or "?"
+        if not any(n in name for n in names):
+            continue
+        out.setdefault(name[:60], {label: row.get(metric, "") for metric, label in NCU_METRICS.items()
+                                   if row.get(metric) not in (None, "", "n/a")})
+    return out or "ncu captured none of the candidate's kernels"
+
+
+def run_eval(inp: EvalInput, store: ArtifactStore, heartbeat: Callable[[], None] | None = None) -> EvalResult:
+    source = source_text(inp.source, store)
+    req = request_for(inp, source)
+    verdict = evaluate(req, heartbeat=heartbeat, judge_grace_s=600.0)
+    artifact = store.put(verdict.model_dump_json(indent=2))
+    ncu = None
+    if (inp.tool == "profile_kernel" and inp.settings.ncu and verdict.ok and verdict.device == "cuda"
+            and shutil.which("ncu")):
+        found = ncu_metrics(req, verdict.kernels_launched)
+        ncu = found if isinstance(found, dict) else {"unavailable": {"why": found}}
+    # history keeps the verdict minus the candidate's long log; the artifact has it all
+    slim = verdict.model_copy(update={"log_tail": verdict.log_tail[-1500:]})
+    text, _ = capped(describe(inp.tool, inp.attempt, verdict, ncu), inp.output_cap, store)
+    return EvalResult(text=text, verdict=slim, digest=digest(inp.tool, verdict, artifact), ncu=ncu)

@@ -1,0 +1,74 @@
+"""The @activity.defn wrappers, bound to one artifact store. Every activity is a sync function: the
+worker runs them in a thread pool (blocking HTTP, blocking evaluator). The workflow refers to them by
+name only (`workflows/names.py`)."""
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities import evaluation, model, tools
+from activities.artifacts import ArtifactStore
+from workflows.models import (AgentTurnInput, AgentTurnResult, EditInput, EvalInput, EvalResult, ListInput,
+                              NotebookEntry, NoteInput, PrepareInput, RunSetup, ShowInput, ToolResult, WriteInput)
+
+
+class MarathonActivities:
+    def __init__(self, store: ArtifactStore | None = None) -> None:
+        self.store = store or ArtifactStore()
+
+    # ---- queue `marathon`: bookkeeping and the model
+    @activity.defn(name="prepare_run")
+    def prepare_run(self, inp: PrepareInput) -> RunSetup:
+        return tools.prepare(inp, self.store)
+
+    @activity.defn(name="write_kernel")
+    def write_kernel(self, inp: WriteInput) -> ToolResult:
+        return tools.write_kernel(inp, self.store)
+
+    @activity.defn(name="edit_kernel")
+    def edit_kernel(self, inp: EditInput) -> ToolResult:
+        return tools.edit_kernel(inp, self.store)
+
+    @activity.defn(name="show_kernel")
+    def show_kernel(self, inp: ShowInput) -> ToolResult:
+        return tools.show_kernel(inp, self.store)
+
+    @activity.defn(name="list_attempts")
+    def list_attempts(self, inp: ListInput) -> ToolResult:
+        return tools.list_attempts(inp, self.store)
+
+    @activity.defn(name="note")
+    def note(self, inp: NoteInput) -> ToolResult:
+        return tools.note(inp, self.store)
+
+    @activity.defn(name="notebook")
+    def notebook(self, entry: NotebookEntry) -> None:
+        """A lab-notebook line: run as a local activity whose summary is the line itself, so the Web UI
+        timeline reads like the notebook, and appended to <artifacts>/notebooks/<workflow id>.md."""
+        self.store.append_notebook(entry.workflow_id, entry.line)
+
+    @activity.defn(name="agent_turn")
+    def agent_turn(self, inp: AgentTurnInput) -> AgentTurnResult:
+        return model.agent_turn_impl(inp)
+
+    # ---- queue `marathon-gpu`: the evaluator
+    def _evaluate(self, inp: EvalInput) -> EvalResult:
+        return evaluation.run_eval(inp, self.store, heartbeat=activity.heartbeat)
+
+    @activity.defn(name="compile_kernel")
+    def compile_kernel(self, inp: EvalInput) -> EvalResult:
+        return self._evaluate(inp)
+
+    @activity.defn(name="test_kernel")
+    def test_kernel(self, inp: EvalInput) -> EvalResult:
+        return self._evaluate(inp)
+
+    @activity.defn(name="profile_kernel")
+    def profile_kernel(self, inp: EvalInput) -> EvalResult:
+        return self._evaluate(inp)
+
+    def control_activities(self) -> list:
+        return [self.prepare_run, self.write_kernel, self.edit_kernel, self.show_kernel, self.list_attempts,
+                self.note, self.notebook, self.agent_turn]
+
+    def gpu_activities(self) -> list:
+        return [self.compile_kernel, self.test_kernel, self.profile_kernel]

@@ -1,0 +1,163 @@
+"""The bookkeeping tools, as plain functions: write_kernel, edit_kernel, show_kernel, list_attempts,
+note, and the run's preparation. No Temporal here; `activities/registry.py` wraps them.
+
+A tool's misuse (an edit whose old text is missing, an oversized source) is an answer with ok=False
+that the model reads; only infrastructure faults raise."""
+from __future__ import annotations
+
+import ast
+import difflib
+
+from activities.artifacts import ArtifactStore, capped, sha256_text
+from kernels.problem import get_problem, resolve_kernel
+from kernels.tunables import TunablesError, read_tunables
+from workflows.models import (Attempt, EditInput, ListInput, NoteInput, PrepareInput, RunSetup, ShowInput,
+                              SourceRef, ToolResult, WriteInput)
+
+
+def source_ref(text: str, store: ArtifactStore, inline_cap: int) -> SourceRef:
+    key = store.put(text)
+    return SourceRef(sha256=key, text=text if len(text) <= inline_cap else None, lines=text.count("\n") + 1)
+
+
+def source_text(ref: SourceRef, store: ArtifactStore) -> str:
+    if ref.text is not None:
+        return ref.text
+    text = store.get(ref.sha256)
+    if sha256_text(text) != ref.sha256:
+        raise RuntimeError(f"artifact {ref.sha256} does not hash to its key")
+    return text
+
+
+def _checks(source: str, entry_point: str) -> tuple[list[str], dict | None]:
+    """Quick static feedback on a new candidate: it parses, defines the entry point, its tunables."""
+    warnings: list[str] = []
+    config = None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return [f"warning: it does not parse (line {exc.lineno}: {exc.msg}); compile_kernel will fail"], None
+    if not any(isinstance(n, ast.FunctionDef) and n.name == entry_point for n in tree.body):
+        warnings.append(f"warning: no top-level `def {entry_point}(...)`: the evaluator calls that entry point")
+    try:
+        found = read_tunables(source)
+        if found:
+            config = found[1]
+    except TunablesError as exc:
+        warnings.append(f"warning: {exc}")
+    return warnings, config
+
+
+def _new_candidate(source: str, attempt: int, entry_point: str, store: ArtifactStore, inline_cap: int,
+                   max_bytes: int, output_cap: int, what: str, extra: str = "") -> ToolResult:
+    size = len(source.encode())
+    if not source.strip():
+        return ToolResult(ok=False, text="refused: the source is empty")
+    if size > max_bytes:
+        return ToolResult(ok=False, text=f"refused: the source is {size} bytes; the limit is {max_bytes}")
+    ref = source_ref(source, store, inline_cap)
+    warnings, config = _checks(source, entry_point)
+    lines = [f"{what} attempt {attempt}: {ref.lines} lines, sha256 {ref.sha256[:12]}. It is now the current "
+             f"candidate: compile_kernel, test_kernel and profile_kernel act on it."]
+    if config is not None:
+        lines.append("CONFIG: " + ", ".join(f"{k}={v!r}" for k, v in config.items()))
+    lines += warnings
+    if extra:
+        lines.append(extra)
+    text, key = capped("\n".join(lines), output_cap, store)
+    return ToolResult(text=text, artifact=key, source=ref, config=config)
+
+
+def write_kernel(inp: WriteInput, store: ArtifactStore) -> ToolResult:
+    return _new_candidate(inp.source, inp.attempt, inp.entry_point, store, inp.inline_cap, inp.max_bytes,
+                          inp.output_cap, "wrote")
+
+
+def edit_kernel(inp: EditInput, store: ArtifactStore) -> ToolResult:
+    current = source_text(inp.current, store)
+    if not inp.old:
+        return ToolResult(ok=False, text="refused: `old` is empty; give the exact text to replace")
+    count = current.count(inp.old)
+    if count == 0:
+        hint = ""
+        first = inp.old.strip().splitlines()[0] if inp.old.strip() else ""
+        close = difflib.get_close_matches(first, current.splitlines(), n=1, cutoff=0.6) if first else []
+        if close:
+            hint = f" The closest line is: {close[0].strip()!r}."
+        return ToolResult(ok=False, text="refused: `old` does not occur in the current candidate; it must match "
+                          f"exactly, whitespace included (show_kernel shows the source).{hint}")
+    if count > 1:
+        return ToolResult(ok=False, text=f"refused: `old` occurs {count} times; include more context so it is unique")
+    new_source = current.replace(inp.old, inp.new, 1)
+    diff = "".join(difflib.unified_diff(current.splitlines(keepends=True), new_source.splitlines(keepends=True),
+                                        "before", "after", n=1))
+    return _new_candidate(new_source, inp.attempt, inp.entry_point, store, inp.inline_cap, inp.max_bytes,
+                          inp.output_cap, "edited into", extra="diff:\n" + diff[:2000])
+
+
+def show_kernel(inp: ShowInput, store: ArtifactStore) -> ToolResult:
+    source = source_text(inp.source, store)
+    text, key = capped(f"{inp.label} (sha256 {inp.source.sha256[:12]}, {inp.source.lines} lines):\n"
+                       f"```python\n{source}\n```", inp.output_cap, store)
+    return ToolResult(text=text, artifact=key)
+
+
+def _attempt_row(a: Attempt, best: int | None, current: int | None) -> str:
+    e = a.best_eval() or (a.evals[-1] if a.evals else None)
+    mark = ("*" if a.n == best else " ") + (">" if a.n == current else " ")
+    speed = f"{e.speedup:.3f}x vs {e.baseline}" if e and e.speedup is not None else "-"
+    lat = f"{e.latency_us:.1f}us" if e and e.latency_us is not None else "-"
+    origin = a.origin + (f" of {a.parent}" if a.parent is not None else "")
+    cfg = " " + ",".join(f"{k}={v}" for k, v in a.config.items()) if a.config else ""
+    status = e.status if e else "unevaluated"
+    return f"{mark}{a.n:>5}  {origin:<14} {status:<13} {speed:<22} {lat:<12}{cfg}"
+
+
+def list_attempts(inp: ListInput, store: ArtifactStore) -> ToolResult:
+    head = (f"{inp.total} attempts" + (f"; best: {inp.best}" if inp.best is not None else "; no ok kernel yet")
+            + (f"; current: {inp.current}" if inp.current is not None else "")
+            + (f"; showing the last {len(inp.attempts)}" if len(inp.attempts) < inp.total else ""))
+    rows = [head, "  (* best, > current)", f"     {'#':>4}  {'origin':<14} {'status':<13} {'speedup':<22} {'latency':<12}"]
+    rows += [_attempt_row(a, inp.best, inp.current) for a in inp.attempts]
+    text, key = capped("\n".join(rows), inp.output_cap, store)
+    return ToolResult(text=text, artifact=key)
+
+
+def note(inp: NoteInput, store: ArtifactStore) -> ToolResult:
+    text = inp.text.strip()
+    if not text:
+        return ToolResult(ok=False, text="refused: the note is empty")
+    key = store.put(text)
+    return ToolResult(text=f"noted ({len(text)} characters); notes are kept in the run's memory", artifact=key)
+
+
+def prepare(inp: PrepareInput, store: ArtifactStore) -> RunSetup:
+    """Resolve what the workflow may not read itself: the statement, the starting source, the shapes."""
+    spec = get_problem(inp.problem)
+    if inp.source is not None:
+        label, source = "inline", inp.source
+    else:
+        label, source = resolve_kernel(spec, inp.kernel)
+    try:
+        statement = spec.statement
+    except OSError:
+        statement = f"Implement `{spec.entry_point}` for the {spec.name} problem in Triton."
+    if inp.eval.shape_list:
+        shapes = [spec.shape(s) for s in inp.eval.shape_list]
+        shape_set = None
+    elif inp.eval.shapes or inp.eval.device in ("cpu", "cuda"):
+        shape_set = inp.eval.shapes or ("smoke" if inp.eval.device == "cpu" else "bench")
+        shapes = spec.shapes(shape_set)
+    else:  # device auto: the GPU worker decides (smoke on a CPU, bench on CUDA); known after an evaluation
+        shape_set, shapes = None, []
+    tunables = config = None
+    try:
+        found = read_tunables(source)
+        if found:
+            tunables, config = found
+    except TunablesError:
+        pass
+    return RunSetup(problem=spec.name, entry_point=spec.entry_point, statement=statement, kernel_label=label,
+                    start=source_ref(source, store, inp.inline_source_cap), device=inp.eval.device,
+                    shape_set=shape_set, shapes=shapes, baselines=[],  # filled in from the first timed verdict
+                    tunables={k: list(v) for k, v in tunables.items()} if tunables else None, config=config)

@@ -1,0 +1,120 @@
+"""A fake OpenAI-compatible chat-completions server for tests: stdlib http.server in a thread, answering
+from a script. The script is a function (turn, delivery, request) -> Reply, where `turn` comes from the
+X-Marathon-Turn header the agent_turn activity sends (so a retried turn gets the same answer; -1 for
+requests without it, such as compaction summaries) and
+`delivery` counts how often that turn was asked (1 on the first request), so faults can be injected
+on the first delivery only: a 429 with retry-after, a 500, a malformed answer."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None  # a dict (JSON) or bytes (sent verbatim)
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+def completion(content: str = "", tool_calls: list[tuple[str, Any]] | None = None, *, turn: int = 0,
+               prompt_tokens: int = 100, completion_tokens: int = 20) -> Reply:
+    """A chat completion whose message calls `tool_calls`: (name, arguments) with arguments a dict
+    (JSON-encoded here) or a string (sent as is, so it can be malformed)."""
+    calls = []
+    for i, (name, args) in enumerate(tool_calls or []):
+        calls.append({"id": f"call_{turn}_{i}", "type": "function",
+                      "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}})
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if calls:
+        message["tool_calls"] = calls
+    return Reply(body={
+        "id": f"chatcmpl-{turn}", "object": "chat.completion", "created": int(time.time()), "model": "fake-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens}})
+
+
+def error(status: int, message: str = "scripted error", retry_after: float | None = None) -> Reply:
+    headers = {"retry-after": str(retry_after)} if retry_after is not None else {}
+    return Reply(status=status, headers=headers,
+                 body={"error": {"message": message, "type": "scripted", "code": status}})
+
+
+@dataclass
+class Seen:
+    turn: int
+    delivery: int
+    request: dict
+    size: int
+    at: float
+
+
+class FakeOpenAI:
+    def __init__(self, script: Callable[[int, int, dict], Reply], keep_requests: bool = True) -> None:
+        self.script = script
+        self.keep_requests = keep_requests
+        self.seen: list[Seen] = []
+        self.deliveries: dict[int, int] = {}
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+                if not self.path.endswith("/chat/completions"):
+                    self._send(Reply(status=404, body={"error": {"message": f"no route {self.path}"}}))
+                    return
+                request = json.loads(raw or b"{}")
+                header = self.headers.get("x-marathon-turn") or ""
+                try:
+                    turn = int(header.rsplit("/", 1)[-1])
+                except ValueError:
+                    turn = -1
+                with fake.lock:  # turn -1: a request without the header (e.g. a compaction summary)
+                    delivery = fake.deliveries.get(turn, 0) + 1
+                    fake.deliveries[turn] = delivery
+                    fake.seen.append(Seen(turn, delivery, request if fake.keep_requests else {}, len(raw), time.time()))
+                try:
+                    reply = fake.script(turn, delivery, request)
+                except Exception as exc:  # a broken script answers 599 so the test sees it
+                    reply = Reply(status=599, body={"error": {"message": f"script failed: {exc!r}"}})
+                if reply.delay_s:
+                    time.sleep(reply.delay_s)
+                self._send(reply)
+
+            def _send(self, reply: Reply) -> None:
+                body = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+                self.send_response(reply.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                for k, v in reply.headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> "FakeOpenAI":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()

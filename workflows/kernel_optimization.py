@@ -1,0 +1,685 @@
+"""KernelOptimization: the day-long optimization run as a deterministic Temporal workflow.
+
+    prepare ─▶ profile the starting kernel ─▶ loop until a budget is spent or a stop arrives:
+        llm:   [compact?] ─▶ agent_turn (the model) ─▶ each tool call it makes, one activity each
+        tuner: the next untried configuration ─▶ write_kernel ─▶ profile_kernel
+        continue-as-new when Temporal suggests it, every `continue_as_new_every` turns, or when the
+        segment's history passes `max_history_bytes`, after every update handler has finished
+    ─▶ RunReport
+
+Imports: pydantic models, activity names and pure helpers only (never torch, triton or openai). Every
+tool call the model makes is one activity; its result is recorded in RunState, which is carried
+across continue-as-new, so the event history is the run's log and crash recovery is Temporal's replay.
+"""
+from __future__ import annotations
+
+import json
+import math
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.compaction import CompactInput, CompactResult
+    from compaction.memory import AttemptDigest, Goal, LiveFigures, empty_memory
+    from compaction.memory import BestKernel as MemoryBest
+    from compaction.prompt import (PromptBudgetError, build_messages, estimate_prompt, needs_compaction, tail_turns, tools_tokens,
+                                   with_best)
+    from compaction.summarize import clip_transcript
+    from kernels.tunables import TunablesError, with_config
+    from workflows import names
+    from workflows.models import (EVAL_TOOLS, AgentTurnInput, AgentTurnResult, Attempt, BestKernel, BestReport,
+                                  EditInput, EvalInput, EvalResult, Extension, ListInput, NotebookEntry,
+                                  NoteInput, PrepareInput, RunReport, RunSetup, RunSpec, RunState, RunStatus,
+                                  ShowInput, SourceRef, ToolCallRecord, ToolResult, TunerTrial, WriteInput)
+    from workflows.toolspec import TOOLS, parse_call
+    from workflows.tuner import config_key, next_config, space_size
+
+KEEP_TURNS = 4  # turns kept verbatim after a compaction,
+KEEP_FRACTION = 0.3  # at most this share of the context budget (so compaction does not thrash)
+LEDGER_SUMMARY_CHARS = 160
+NOTEBOOK_LINES = 40
+NOTES_KEPT = 200
+SEARCH_ATTRIBUTE_EVERY = 10  # tool calls between search-attribute upserts (a new best upserts at once)
+
+
+def _short(text: str, n: int = LEDGER_SUMMARY_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _fmt_cfg(config: dict[str, Any] | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (config or {}).items())
+
+
+def _shapes_text(setup: RunSetup) -> str:
+    shapes = "; ".join(",".join(f"{k}={v}" for k, v in s.items()) for s in setup.shapes)
+    if setup.shape_set:
+        return f"{setup.shape_set}: {shapes}"
+    return shapes or "smoke on a CPU worker, bench on a CUDA worker"
+
+
+@workflow.defn(name=names.WORKFLOW_TYPE)
+class KernelOptimization:
+    @workflow.init
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec.model_copy(update={"carry": None})
+        self.state = spec.carry or RunState(policy=spec.resolved_policy(), budget_hours=spec.budgets.hours,
+                                       budget_tool_calls=spec.budgets.max_tool_calls,
+                                       target_speedup=spec.budgets.target_speedup, hints=list(spec.hints),
+                                       pending_hints=list(spec.hints))
+        self.step = "starting"
+        self.turns_this_segment = 0
+        self._search_attributes_at = -1
+
+    # ------------------------------------------------------------------------------------ run
+    @workflow.run
+    async def run(self, spec: RunSpec) -> RunReport:
+        st = self.state
+        if st.setup is None:
+            await self._start()
+        self._upsert_search_attributes(force=True)
+        while True:
+            if st.paused and not st.stop_requested:
+                self.step = "paused"
+                self._details()
+                await workflow.wait_condition(lambda: not self.state.paused or bool(self.state.stop_requested))
+            reason = self._finished()
+            if reason:
+                st.stop_reason = reason
+                break
+            if self._continue_as_new_due():
+                await self._continue_as_new()
+            if st.policy == "llm":
+                await self._llm_turn()
+            else:
+                await self._tuner_step()
+            st.turns += 1
+            self.turns_this_segment += 1
+        if st.policy == "tuner" and st.window:
+            await self._compact()  # the tuner's memory: what it tried, what won
+        self.step = "finished"
+        await self._notebook(f"finished: {st.stop_reason}; {self._best_line()}; {st.tool_calls} tool calls, "
+                             f"{len(st.attempts)} attempts, {st.segment} continue-as-new, {st.compactions} compactions")
+        self._upsert_search_attributes(force=True)
+        self._details()
+        return self._report()
+
+    async def _start(self) -> None:
+        st, spec = self.state, self.spec
+        st.started_at = workflow.now()
+        self.step = "preparing"
+        try:
+            setup: RunSetup = await workflow.execute_activity(
+                names.PREPARE_RUN, PrepareInput(problem=spec.problem, kernel=spec.kernel, source=spec.source,
+                                                eval=spec.eval, inline_source_cap=spec.inline_source_cap),
+                result_type=RunSetup, start_to_close_timeout=timedelta(seconds=spec.tool_timeout_s),
+                retry_policy=RetryPolicy(maximum_attempts=5), summary=f"prepare {spec.problem} from {spec.kernel}")
+        except ActivityError as err:
+            raise ApplicationError(f"cannot start the run: {err.cause or err}", type="BadRunSpec",
+                                   non_retryable=True) from err
+        st.setup = setup
+        st.attempts.append(Attempt(n=0, origin="start", sha256=setup.start.sha256, lines=setup.start.lines,
+                                   config=setup.config))
+        st.current, st.current_source = 0, setup.start
+        await self._notebook(f"start: {spec.problem}, {setup.kernel_label} kernel as attempt 0, policy {st.policy}, "
+                             f"budget {st.budget_tool_calls} tool calls / {st.budget_hours:g} h")
+        text = await self._tool("profile_kernel", {}, call_id="start")
+        goal = self._goal()
+        st.memory = (spec.memory.model_copy(update={"goal": goal, "hints": list(st.hints)}) if spec.memory
+                     else empty_memory(goal, hints=st.hints))
+        if st.policy == "llm":
+            st.recent.append({"role": "user", "content": (
+                f"The starting kernel is attempt 0 ({setup.kernel_label}). Its profile:\n{text}\n\n"
+                f"Make it faster while keeping it correct. Use the tools; show_kernel() shows its source.")})
+        if st.policy == "tuner" and setup.config is not None:
+            a0 = st.attempts[0]
+            e = a0.evals[-1] if a0.evals else None
+            st.tuner.trials.append(TunerTrial(key=config_key(setup.config), config=setup.config, attempt=0,
+                                              status=e.status if e else "crashed",
+                                              latency_us=e.latency_us if e else None,
+                                              speedup=e.speedup if e else None))
+
+    def _goal(self) -> Goal:
+        st, spec = self.state, self.spec
+        setup = st.setup
+        baselines: list[str] = []
+        start_eval = st.attempts[0].evals[-1] if st.attempts and st.attempts[0].evals else None
+        if start_eval is not None:
+            baselines = list(start_eval.speedups)
+        target = "be faster than every baseline on every shape, and stay correct"
+        if st.target_speedup:
+            target = f"reach {st.target_speedup:g}x over the strongest baseline on every shape (the run stops there)"
+        if start_eval is not None and start_eval.latency_us is not None:
+            vs = ", ".join(f"{v:.3g}x vs {k}" for k, v in start_eval.speedups.items())
+            target += f"; the starting kernel measured {start_eval.latency_us:.4g} us" + (f" ({vs})" if vs else "")
+        return Goal(problem=setup.problem, statement=setup.statement, target=target, baselines=baselines,
+                    shapes=_shapes_text(setup), device=setup.device)
+
+    # ------------------------------------------------------------------------- budgets, hops
+    def _hours_used(self) -> float:
+        st = self.state
+        if st.started_at is None:
+            return 0.0
+        now = workflow.now()
+        paused = st.paused_s + ((now - st.paused_since).total_seconds() if st.paused and st.paused_since else 0.0)
+        return max(0.0, ((now - st.started_at).total_seconds() - paused) / 3600.0)
+
+    def _finished(self) -> str | None:
+        st = self.state
+        if st.stop_reason:
+            return st.stop_reason
+        if st.stop_requested:
+            return f"stopped: {st.stop_requested}"
+        if st.tool_calls >= st.budget_tool_calls:
+            return f"tool-call budget spent ({st.tool_calls} of {st.budget_tool_calls})"
+        if self._hours_used() >= st.budget_hours:
+            return f"time budget spent ({self._hours_used():.2f} h of {st.budget_hours:g} h)"
+        if st.target_speedup and st.best and (st.best.speedup or 0.0) >= st.target_speedup:
+            return f"target reached: {st.best.speedup:.3f}x >= {st.target_speedup:g}x"
+        if st.tuner.exhausted:
+            return "search space exhausted"
+        if st.idle_turns >= self.spec.max_idle_turns:
+            return f"the model made no tool call in {st.idle_turns} turns in a row"
+        return None
+
+    def _continue_as_new_due(self) -> bool:
+        info = workflow.info()
+        return (self.turns_this_segment >= self.spec.continue_as_new_every
+                or info.is_continue_as_new_suggested()
+                or info.get_current_history_size() >= self.spec.max_history_bytes)
+
+    async def _continue_as_new(self) -> None:
+        st = self.state
+        self.step = "continuing as new"
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        info = workflow.info()
+        size = info.get_current_history_size()
+        st.segment += 1
+        st.segment_histories.append(size)
+        pruned = self._prune_state()
+        if pruned:
+            await self._notebook(pruned)
+        await self._notebook(f"continue-as-new {st.segment}: segment of {info.get_current_history_length()} events, "
+                             f"{size / 1e6:.2f} MB, after {self.turns_this_segment} turns; {st.tool_calls} tool calls so far")
+        self._upsert_search_attributes(force=True)
+        workflow.continue_as_new(self.spec.model_copy(update={"carry": st}), memo=self._memo())
+
+    def _prune_state(self) -> str | None:
+        """Keep the state carried across continue-as-new under spec.max_state_bytes: drop the oldest ledger
+        entries (the history of earlier segments keeps them) and the evaluations of old attempts but their
+        last. Deterministic: a function of the state alone."""
+        st = self.state
+        size = len(st.model_dump_json())
+        if size <= self.spec.max_state_bytes:
+            return None
+        keep_ledger = max(200, len(st.ledger) // 2)
+        dropped = len(st.ledger) - keep_ledger
+        if dropped > 0:
+            st.ledger = st.ledger[dropped:]
+            st.ledger_pruned += dropped
+        best = st.best.attempt if st.best else None
+        for a in st.attempts[: max(0, len(st.attempts) - 100)]:
+            if len(a.evals) > 1 and a.n != best:
+                a.evals = [a.best_eval() or a.evals[-1]]
+        st.segment_histories = st.segment_histories[-200:]
+        return (f"pruned the carried state from {size / 1e3:.0f} kB to {len(st.model_dump_json()) / 1e3:.0f} kB "
+                f"({max(dropped, 0)} old ledger entries; earlier segments' histories keep them)")
+
+    def _memo(self) -> dict[str, Any]:
+        st = self.state
+        return {"problem": self.spec.problem, "policy": st.policy, "segment": st.segment,
+                "started_at": st.started_at.isoformat() if st.started_at else None,
+                "best_speedup": st.best.speedup if st.best else None}
+
+    # -------------------------------------------------------------------------------- llm
+    def _figures(self) -> LiveFigures:
+        st = self.state
+        b = st.best
+        return LiveFigures(best_speedup=b.speedup if b else None,
+                           best_latency_us=self._best_latency(), best_attempt=b.attempt if b else None,
+                           tool_calls_used=st.tool_calls, tool_calls_budget=st.budget_tool_calls,
+                           hours_used=round(self._hours_used(), 2), hours_budget=st.budget_hours)
+
+    def _best_latency(self) -> float | None:
+        b = self.state.best
+        if b is None:
+            return None
+        lat = [r.latency_us for r in b.verdict.shapes if r.latency_us]
+        return round(math.exp(sum(math.log(x) for x in lat) / len(lat)), 3) if lat else None
+
+    def _memory_best(self) -> MemoryBest | None:
+        b = self.state.best
+        if b is None:
+            return None
+        a = self.state.attempt(b.attempt)
+        e = a.best_eval() if a else None
+        return MemoryBest(attempt=b.attempt, source_sha256=b.source.sha256, latency_us=self._best_latency(),
+                          speedups=dict(e.speedups) if e else {}, summary=_short(b.verdict.reason, 300))
+
+    async def _compact(self, tokens_before: int | None = None) -> None:
+        st, spec = self.state, self.spec
+        self.step = f"compacting ({st.calls_since_compaction} tool calls since the last)"
+        inp = CompactInput(memory=st.memory, transcript=clip_transcript(st.recent), attempts=st.window,
+                           best=self._memory_best(), hints=st.hints, turn=st.turns,
+                           model=spec.model if spec.model.configured else None, tokens_before=tokens_before)
+        try:
+            res: CompactResult = await workflow.execute_activity(
+                names.COMPACT, inp, result_type=CompactResult,
+                start_to_close_timeout=timedelta(seconds=spec.model.request_timeout_s + 60),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"compact {len(st.recent)} messages and {len(st.window)} evaluations (turn {st.turns})")
+            st.memory = res.memory
+            line = res.line()
+        except ActivityError as err:  # a failed compaction never stops the run
+            line = f"compaction failed ({_short(str(err.cause or err), 200)}); kept the last {KEEP_TURNS} turns"
+        st.recent = tail_turns(st.recent, KEEP_TURNS, max_tokens=int(KEEP_FRACTION * spec.context_budget))
+        st.window = []
+        st.calls_since_compaction = 0
+        st.compactions += 1
+        await self._notebook(line)
+
+    def _prompt(self) -> list[dict[str, Any]]:
+        """Goal block + memory + the last turns, within the context budget (compaction/prompt.py)."""
+        st = self.state
+        return build_messages(st.memory.goal, self._figures(), with_best(st.memory, self._memory_best()),
+                              st.recent, self.spec.context_budget, reserve=tools_tokens(TOOLS))
+
+    async def _llm_turn(self) -> None:
+        st, spec = self.state, self.spec
+        if st.pending_hints:
+            st.recent.append({"role": "user", "content": "Hint from the user: " + "\n".join(st.pending_hints)})
+            st.pending_hints = []
+        estimated = estimate_prompt(st.memory.goal, self._figures(), st.memory, st.recent) + tools_tokens(TOOLS)
+        if needs_compaction(st.calls_since_compaction, spec.compact_every, estimated, spec.context_budget):
+            await self._compact(estimated)
+        try:
+            messages = self._prompt()
+        except PromptBudgetError as exc:
+            st.stop_reason = f"the context budget is too small: {exc}"
+            return
+        turn = st.turns + 1
+        self.step = f"turn {turn}: waiting for {spec.model.model}"
+        left_s = max(60.0, (st.budget_hours - self._hours_used()) * 3600.0)
+        prompt_k = sum(len(json.dumps(m)) for m in messages) / 3500.0
+        try:
+            result: AgentTurnResult = await workflow.execute_activity(
+                names.AGENT_TURN,
+                AgentTurnInput(settings=spec.model, messages=messages, tools=TOOLS,
+                               turn_key=f"{workflow.info().workflow_id}/{turn}"),
+                result_type=AgentTurnResult,
+                start_to_close_timeout=timedelta(seconds=spec.model.request_timeout_s + 30),
+                schedule_to_close_timeout=timedelta(seconds=left_s),
+                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=spec.model.retry_initial_s),
+                                         backoff_coefficient=2.0,
+                                         maximum_interval=timedelta(seconds=spec.model.retry_max_s)),
+                summary=f"turn {turn}: ask {spec.model.model} (~{prompt_k:.0f}k-token prompt, "
+                        f"{st.tool_calls} tool calls so far)")
+        except ActivityError as err:
+            st.model_failures += 1
+            why = _short(str(err.cause or err), 300)
+            if st.model_failures >= 2:
+                st.stop_reason = f"the model endpoint failed: {why}"
+            else:  # e.g. a context-length refusal: retry once with a shorter transcript
+                st.recent = tail_turns(st.recent, 1)
+                await self._notebook(f"turn {turn}: the model call failed ({why}); retrying with less context")
+            return
+        st.model_failures = 0
+        st.tokens.calls += 1
+        st.tokens.prompt_tokens += result.prompt_tokens
+        st.tokens.completion_tokens += result.completion_tokens
+        st.tokens.max_prompt_tokens = max(st.tokens.max_prompt_tokens, result.prompt_tokens)
+        msg = result.message
+        calls = msg.get("tool_calls") or []
+        st.recent.append(msg)
+        if not calls:
+            st.idle_turns += 1
+            st.recent.append({"role": "user", "content": "Continue: call one of the tools (write_kernel, edit_kernel, "
+                                                          "compile_kernel, test_kernel, profile_kernel, ...)."})
+            return
+        st.idle_turns = 0
+        thought = _short(msg.get("content") or "", 300)
+        for call in calls:
+            fn = call.get("function") or {}
+            reason = self._finished()
+            if reason:
+                text = f"not run: {reason}"
+            else:
+                text = await self._tool(fn.get("name") or "", fn.get("arguments"), call_id=call.get("id") or "",
+                                        thought=thought)
+            st.recent.append({"role": "tool", "tool_call_id": call.get("id") or "", "content": text})
+
+    # ------------------------------------------------------------------------------ tuner
+    async def _tuner_step(self) -> None:
+        st = self.state
+        setup = st.setup
+        if not setup.tunables or setup.config is None:
+            st.stop_reason = "the starting kernel declares no TUNABLES/CONFIG: nothing to tune"
+            return
+        if setup.start.text is None:
+            st.stop_reason = "the starting kernel is over the inline cap: the tuner needs it inline"
+            return
+        if st.budget_tool_calls - st.tool_calls < 2:
+            st.stop_reason = f"tool-call budget spent ({st.tool_calls} of {st.budget_tool_calls}; a configuration takes 2)"
+            return
+        cfg = next_config(setup.tunables, st.tuner.trials, setup.config)
+        if cfg is None:
+            st.tuner.exhausted = True
+            return
+        trial = TunerTrial(key=config_key(cfg), config=cfg)
+        st.tuner.trials.append(trial)
+        try:
+            source = with_config(setup.start.text, cfg)
+        except TunablesError as exc:
+            trial.status = "write_failed"
+            await self._notebook(f"tuner: cannot write {_fmt_cfg(cfg)}: {exc}")
+            return
+        tried = len(st.tuner.trials)
+        thought = f"tuner: configuration {tried} of {space_size(setup.tunables)}: {_fmt_cfg(cfg)}"
+        await self._tool("write_kernel", {"source": source}, call_id=f"tuner-{tried}-write", thought=thought,
+                         origin="tuner")
+        a = st.attempt(st.current) if st.current is not None else None
+        if a is None or a.origin != "tuner" or a.config != cfg:
+            trial.status = "write_failed"
+            return
+        trial.attempt = a.n
+        await self._tool("profile_kernel", {}, call_id=f"tuner-{tried}-profile", thought=thought)
+        e = a.evals[-1] if a.evals else None
+        trial.status = e.status if e else "crashed"
+        trial.latency_us = e.latency_us if e else None
+        trial.speedup = e.speedup if e else None
+
+    # ------------------------------------------------------------------------------ tools
+    async def _tool(self, name: str, arguments: Any, *, call_id: str, thought: str = "", origin: str = "") -> str:
+        """Run one tool call as one activity; record it in the ledger; return what the model reads."""
+        st, spec = self.state, self.spec
+        seq = st.tool_calls + 1
+        args, error = parse_call(name, arguments)
+        attempt: int | None = st.current
+        if error is not None:
+            text, ok = error, False
+        else:
+            self.step = f"tool call {seq}: {name}"
+            try:
+                text, ok, attempt = await self._run_tool(name, args, seq, thought, origin)
+            except ActivityError as err:
+                cause = err.cause or err
+                text = (f"infrastructure error: {name} failed after its retries ({_short(str(cause), 400)}). "
+                        f"Nothing was learned about the kernel; you may try again.")
+                ok = False
+        st.tool_calls = seq
+        st.calls_since_compaction += 1
+        st.ledger.append(ToolCallRecord(seq=seq, tool=name, call_id=call_id, attempt=attempt, ok=ok,
+                                        summary=_short(text.splitlines()[0] if text else "")))
+        self._upsert_search_attributes()
+        return text
+
+    def _opts(self, summary: str, gpu: bool = False) -> dict[str, Any]:
+        spec = self.spec
+        if gpu:
+            ev = spec.eval
+            return dict(task_queue=spec.gpu_task_queue, start_to_close_timeout=timedelta(seconds=ev.timeout_s + 900),
+                        heartbeat_timeout=timedelta(seconds=ev.heartbeat_timeout_s),
+                        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=2),
+                                                 maximum_interval=timedelta(seconds=60),
+                                                 maximum_attempts=ev.max_attempts),
+                        summary=summary)
+        return dict(start_to_close_timeout=timedelta(seconds=spec.tool_timeout_s),
+                    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                             maximum_interval=timedelta(seconds=30), maximum_attempts=5),
+                    summary=summary)
+
+    def _context(self, n: int | None) -> str:
+        a = self.state.attempt(n) if n is not None else None
+        if a is None:
+            return ""
+        bits = [a.origin + (f" of {a.parent}" if a.parent is not None else "")]
+        if a.config:
+            bits.append(_fmt_cfg(a.config))
+        return " (" + "; ".join(bits) + ")"
+
+    async def _run_tool(self, name: str, args: Any, seq: int, thought: str, origin: str) -> tuple[str, bool, int | None]:
+        st, spec = self.state, self.spec
+        setup = st.setup
+        cap = spec.tool_output_cap
+        if name in ("write_kernel", "edit_kernel"):
+            n = len(st.attempts)
+            if name == "write_kernel":
+                res: ToolResult = await workflow.execute_activity(
+                    names.WRITE_KERNEL, WriteInput(source=args.source, attempt=n, entry_point=setup.entry_point,
+                                                   inline_cap=spec.inline_source_cap, max_bytes=spec.max_source_bytes,
+                                                   output_cap=cap),
+                    result_type=ToolResult, **self._opts(
+                        f"write attempt {n}" + (f": {thought}" if origin == "tuner" else f" (tool call {seq})")))
+            else:
+                if st.current_source is None:
+                    return "refused: there is no current candidate to edit; write_kernel first", False, None
+                res = await workflow.execute_activity(
+                    names.EDIT_KERNEL, EditInput(current=st.current_source, old=args.old, new=args.new, attempt=n,
+                                                 entry_point=setup.entry_point, inline_cap=spec.inline_source_cap,
+                                                 max_bytes=spec.max_source_bytes, output_cap=cap),
+                    result_type=ToolResult, **self._opts(f"edit attempt {st.current} into {n} (tool call {seq})"))
+            if not res.ok or res.source is None:
+                return res.text, False, st.current
+            st.attempts.append(Attempt(n=n, origin=origin or ("write" if name == "write_kernel" else "edit"),
+                                       parent=st.current, sha256=res.source.sha256, lines=res.source.lines,
+                                       config=res.config, tool_call=seq))
+            st.current, st.current_source = n, res.source
+            return res.text, True, n
+
+        if name in EVAL_TOOLS:
+            n = st.current
+            verb = name.removesuffix("_kernel")
+            best = f"; best {st.best.speedup:.3g}x @ {st.best.attempt}" if st.best and st.best.speedup else ""
+            res_e: EvalResult = await workflow.execute_activity(
+                name, EvalInput(tool=name, problem=setup.problem, attempt=n, source=st.current_source,
+                                settings=spec.eval, output_cap=cap),
+                result_type=EvalResult, **self._opts(f"{verb} attempt {n}{self._context(n)}{best}", gpu=True))
+            d = res_e.digest.model_copy(update={"tool_call": seq})
+            st.attempts[n].evals.append(d)
+            if setup.shape_set is None and not setup.shapes:
+                setup.shapes = [r.shape for r in res_e.verdict.shapes]
+            new_best = self._consider_best(n, res_e)
+            st.window.append(AttemptDigest(attempt=n, tool=name, status=d.status, summary=_short(d.reason, 200),
+                                           latency_us=d.latency_us, speedup=d.speedups,
+                                           config=st.attempts[n].config, note=thought or None))
+            line = f"{verb} attempt {n}: {d.status}"
+            if d.speedup is not None:
+                line += f", {d.speedup:.3g}x vs {d.baseline}"
+            elif d.latency_us is not None:
+                line += f", {d.latency_us:.4g} us"
+            if d.status != "ok":
+                line += f" ({_short(d.reason, 100)})"
+            if new_best:
+                line += " (new best)"
+            await self._notebook(line + self._context(n))
+            return res_e.text, d.status == "ok", n
+
+        if name == "show_kernel":
+            if args.attempt is None:
+                n, ref, label = st.current, st.current_source, f"attempt {st.current} (the current candidate)"
+            elif args.attempt == -1:
+                if st.best is None:
+                    return "there is no best kernel yet (no profiled ok kernel)", False, None
+                n, ref, label = st.best.attempt, st.best.source, f"attempt {st.best.attempt} (the best)"
+            else:
+                a = st.attempt(args.attempt)
+                if a is None:
+                    return f"there is no attempt {args.attempt}; attempts run from 0 to {len(st.attempts) - 1}", False, None
+                n, label = a.n, f"attempt {a.n}"
+                ref = (st.current_source if a.n == st.current else st.best.source if st.best and st.best.attempt == a.n
+                       else SourceRef(sha256=a.sha256, lines=a.lines))
+            res = await workflow.execute_activity(names.SHOW_KERNEL, ShowInput(label=label, source=ref,
+                                                                               output_cap=max(cap, spec.inline_source_cap)),
+                                                  result_type=ToolResult, **self._opts(f"show {label} (tool call {seq})"))
+            return res.text, res.ok, n
+
+        if name == "list_attempts":
+            limit = max(1, min(args.limit, 200))
+            res = await workflow.execute_activity(
+                names.LIST_ATTEMPTS, ListInput(attempts=st.attempts[-limit:], total=len(st.attempts),
+                                               best=st.best.attempt if st.best else None, current=st.current,
+                                               output_cap=cap),
+                result_type=ToolResult, **self._opts(f"list the last {limit} attempts (tool call {seq})"))
+            return res.text, res.ok, None
+
+        if name == "note":
+            res = await workflow.execute_activity(
+                names.NOTE, NoteInput(workflow_id=workflow.info().workflow_id, seq=seq, text=args.text, output_cap=cap),
+                result_type=ToolResult, **self._opts(f"note: {_short(args.text, 80)}"))
+            if res.ok:
+                st.notes = (st.notes + [_short(args.text, 1000)])[-NOTES_KEPT:]
+            return res.text, res.ok, None
+        raise ApplicationError(f"no dispatch for tool {name}")  # parse_call knows every tool
+
+    def _consider_best(self, n: int, res: EvalResult) -> bool:
+        """Only ok verdicts of a profile count; higher speedup wins, or lower latency without baselines."""
+        st = self.state
+        v, d = res.verdict, res.digest
+        if d.status != "ok" or d.mode != "full":
+            return False
+        if st.best is not None:
+            cur = st.best
+            if d.speedup is not None and cur.speedup is not None:
+                if d.speedup <= cur.speedup:
+                    return False
+            else:
+                cur_lat = self._best_latency()
+                if cur_lat is not None and (d.latency_us is None or d.latency_us >= cur_lat):
+                    return False
+        st.best = BestKernel(attempt=n, source=st.current_source, verdict=v, speedup=d.speedup, tool_call=st.tool_calls + 1)
+        self._upsert_search_attributes(force=True)
+        return True
+
+    # ------------------------------------------------------------------ notebook, UI, report
+    async def _notebook(self, line: str) -> None:
+        st = self.state
+        st.notebook = (st.notebook + [line])[-NOTEBOOK_LINES:]
+        self._details()
+        await workflow.execute_local_activity(
+            names.NOTEBOOK, NotebookEntry(workflow_id=workflow.info().workflow_id, line=line),
+            start_to_close_timeout=timedelta(seconds=10), retry_policy=RetryPolicy(maximum_attempts=3),
+            summary=_short(line, 200))
+
+    def _best_line(self) -> str:
+        b = self.state.best
+        if b is None:
+            return "no ok kernel yet"
+        return f"best attempt {b.attempt}" + (f" at {b.speedup:.3g}x" if b.speedup is not None else "")
+
+    def _details(self) -> None:
+        st = self.state
+        head = (f"**{self.spec.problem}** ({st.policy}): {self.step}. {st.tool_calls}/{st.budget_tool_calls} tool calls, "
+                f"{self._hours_used():.2f}/{st.budget_hours:g} h, {self._best_line()}.")
+        workflow.set_current_details(head + "\n\n" + "\n".join(f"- {x}" for x in st.notebook[-15:]))
+
+    def _upsert_search_attributes(self, force: bool = False) -> None:
+        st = self.state
+        if not self.spec.search_attributes:
+            return
+        if not force and st.tool_calls - self._search_attributes_at < SEARCH_ATTRIBUTE_EVERY:
+            return
+        self._search_attributes_at = st.tool_calls
+        updates = [names.SA_PROBLEM.value_set(self.spec.problem), names.SA_POLICY.value_set(st.policy),
+                   names.SA_TOOL_CALLS.value_set(st.tool_calls)]
+        if st.best is not None and st.best.speedup is not None:
+            updates.append(names.SA_BEST_SPEEDUP.value_set(float(st.best.speedup)))
+        workflow.upsert_search_attributes(updates)
+
+    def _report(self) -> RunReport:
+        st = self.state
+        best = None
+        if st.best is not None:
+            best = BestReport(attempt=st.best.attempt, source=st.best.source.text, sha256=st.best.source.sha256,
+                              speedup=st.best.speedup, verdict=st.best.verdict)
+        return RunReport(workflow_id=workflow.info().workflow_id, problem=self.spec.problem, policy=st.policy,
+                         stop_reason=st.stop_reason or "", tool_calls=st.tool_calls, turns=st.turns,
+                         attempts=len(st.attempts), continue_as_new=st.segment, compactions=st.compactions,
+                         hours=round(self._hours_used(), 4), tokens=st.tokens, best=best,
+                         segment_history_bytes=st.segment_histories, ledger=st.attempts, notes=st.notes,
+                         memory=st.memory)
+
+    def _status(self) -> RunStatus:
+        st = self.state
+        phase = ("finished" if self.step == "finished" else "paused" if st.paused
+                 else "stopping" if st.stop_requested else "starting" if st.setup is None else "running")
+        return RunStatus(problem=self.spec.problem, policy=st.policy, phase=phase, step=self.step,
+                         tool_calls=st.tool_calls, tool_calls_budget=st.budget_tool_calls, turns=st.turns,
+                         hours_used=round(self._hours_used(), 4), hours_budget=st.budget_hours,
+                         best_speedup=st.best.speedup if st.best else None,
+                         best_attempt=st.best.attempt if st.best else None, attempts=len(st.attempts),
+                         continue_as_new=st.segment, compactions=st.compactions, tokens=st.tokens,
+                         notebook=st.notebook[-NOTEBOOK_LINES:], stop_reason=st.stop_reason)
+
+    # ---------------------------------------------------------------- queries and updates
+    @workflow.query
+    def status(self) -> RunStatus:
+        return self._status()
+
+    @workflow.query
+    def attempts(self) -> list[Attempt]:
+        return self.state.attempts
+
+    @workflow.query
+    def best(self) -> BestReport | None:
+        b = self.state.best
+        if b is None:
+            return None
+        return BestReport(attempt=b.attempt, source=b.source.text, sha256=b.source.sha256, speedup=b.speedup,
+                          verdict=b.verdict)
+
+    @workflow.query
+    def ledger(self) -> list[ToolCallRecord]:
+        return self.state.ledger
+
+    @workflow.update
+    def stop(self, reason: str = "") -> str:
+        self.state.stop_requested = reason or "asked to stop"
+        return f"stopping after the current tool call ({self.state.tool_calls} done)"
+
+    @workflow.update
+    def pause(self) -> str:
+        st = self.state
+        if not st.paused:
+            st.paused, st.paused_since = True, workflow.now()
+        return f"paused after the current tool call ({st.tool_calls} done)"
+
+    @workflow.update
+    def resume(self) -> str:
+        st = self.state
+        if st.paused:
+            if st.paused_since is not None:
+                st.paused_s += (workflow.now() - st.paused_since).total_seconds()
+            st.paused, st.paused_since = False, None
+        return "running"
+
+    @workflow.update
+    def hint(self, text: str) -> str:
+        st = self.state
+        st.hints.append(text)
+        st.pending_hints.append(text)
+        if st.memory is not None:
+            st.memory.hints = list(st.hints)
+        return f"hint {len(st.hints)} recorded; the model sees it on its next turn"
+
+    @hint.validator
+    def _validate_hint(self, text: str) -> None:
+        if not text or not text.strip():
+            raise ValueError("an empty hint")
+
+    @workflow.update
+    def extend(self, ext: Extension) -> RunStatus:
+        st = self.state
+        st.budget_hours += ext.hours
+        st.budget_tool_calls += ext.tool_calls
+        if ext.target_speedup is not None:
+            st.target_speedup = ext.target_speedup
+        return self._status()
+
+    @extend.validator
+    def _validate_extend(self, ext: Extension) -> None:
+        if ext.hours < 0 or ext.tool_calls < 0:
+            raise ValueError("an extension cannot shrink the budget")

@@ -1,0 +1,32 @@
+"""Names shared by the workflow, the workers and the CLI: task queues, activity names, search attributes.
+Pure: the workflow refers to activities by these strings only."""
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey
+
+WORKFLOW_TYPE = "KernelOptimization"
+TASK_QUEUE = "marathon"  # the workflow, the model and the bookkeeping activities
+GPU_TASK_QUEUE = "marathon-gpu"  # compile/test/profile: one worker process per GPU
+
+# activities on TASK_QUEUE
+PREPARE_RUN = "prepare_run"
+AGENT_TURN = "agent_turn"
+COMPACT = "compact"  # activities/compaction.py (issue 5)
+NOTEBOOK = "notebook"  # a local activity: one line of the lab notebook
+WRITE_KERNEL, EDIT_KERNEL, SHOW_KERNEL, LIST_ATTEMPTS, NOTE = (
+    "write_kernel", "edit_kernel", "show_kernel", "list_attempts", "note")
+# activities on GPU_TASK_QUEUE
+COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL = "compile_kernel", "test_kernel", "profile_kernel"
+
+# custom search attributes: `marathon dev` registers them; the Web UI filters runs by them, e.g.
+#   MarathonProblem = "kda" AND MarathonBestSpeedup > 1.2
+SA_PROBLEM = SearchAttributeKey.for_keyword("MarathonProblem")
+SA_POLICY = SearchAttributeKey.for_keyword("MarathonPolicy")
+SA_BEST_SPEEDUP = SearchAttributeKey.for_float("MarathonBestSpeedup")
+SA_TOOL_CALLS = SearchAttributeKey.for_int("MarathonToolCalls")
+SEARCH_ATTRIBUTES = {  # name -> the type `temporal server start-dev --search-attribute` takes
+    "MarathonProblem": "Keyword",
+    "MarathonPolicy": "Keyword",
+    "MarathonBestSpeedup": "Double",
+    "MarathonToolCalls": "Int",
+}

@@ -1,0 +1,100 @@
+"""The tools the model may call: their OpenAI function definitions, and the parsing of the arguments a
+model sends. Pure: runs inside the workflow. Malformed arguments become an error message the model
+reads, never an exception."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class WriteArgs(_Args):
+    source: str
+
+
+class EditArgs(_Args):
+    old: str
+    new: str
+
+
+class NoArgs(_Args):
+    pass
+
+
+class ShowArgs(_Args):
+    attempt: int | None = None  # None: the current candidate; -1: the best
+
+
+class ListArgs(_Args):
+    limit: int = 30
+
+
+class NoteArgs(_Args):
+    text: str
+
+
+ARGS: dict[str, type[_Args]] = {
+    "write_kernel": WriteArgs, "edit_kernel": EditArgs, "compile_kernel": NoArgs, "test_kernel": NoArgs,
+    "profile_kernel": NoArgs, "show_kernel": ShowArgs, "list_attempts": ListArgs, "note": NoteArgs,
+}
+
+
+def _fn(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": {"type": "object", "properties": properties, "required": required}}}
+
+
+TOOLS: list[dict[str, Any]] = [
+    _fn("write_kernel", "Replace the current candidate with a complete new kernel module (Python + Triton). "
+        "It becomes a new attempt; nothing is evaluated until you compile, test or profile it.",
+        {"source": {"type": "string", "description": "the whole module source"}}, ["source"]),
+    _fn("edit_kernel", "Search and replace in the current candidate: `old` must occur exactly once, "
+        "whitespace included. The result becomes a new attempt.",
+        {"old": {"type": "string"}, "new": {"type": "string"}}, ["old", "new"]),
+    _fn("compile_kernel", "Import the current candidate and run it once on the first shape (no checking). "
+        "Cheap: use it to catch compile errors.", {}, []),
+    _fn("test_kernel", "Check the current candidate's correctness against the reference on every shape, "
+        "with fresh random inputs.", {}, []),
+    _fn("profile_kernel", "Check correctness and time the current candidate against the baselines: latency, "
+        "speedup per baseline, % of the roofline, and Nsight Compute metrics where available. Only a "
+        "profiled OK kernel can become the best.", {}, []),
+    _fn("show_kernel", "Show the source of an attempt (default: the current candidate; -1: the best).",
+        {"attempt": {"type": "integer"}}, []),
+    _fn("list_attempts", "List recent attempts with their status, speedup and latency.",
+        {"limit": {"type": "integer", "description": "how many of the most recent (default 30)"}}, []),
+    _fn("note", "Write a note to your lab notebook: a hypothesis, a finding, a plan. Notes are kept in your "
+        "memory for the rest of the run.", {"text": {"type": "string"}}, ["text"]),
+]
+
+
+def _signature(name: str) -> str:
+    props = next(t["function"]["parameters"]["properties"] for t in TOOLS if t["function"]["name"] == name)
+    return "{" + ", ".join(f'"{k}": {v["type"]}' for k, v in props.items()) + "}"
+
+
+def parse_call(name: str, arguments: str | dict | None) -> tuple[_Args | None, str | None]:
+    """(parsed arguments, None) or (None, the error message the model gets back)."""
+    if name not in ARGS:
+        return None, (f"error: there is no tool {name!r}; the tools are: {', '.join(ARGS)}")
+    if isinstance(arguments, dict):
+        data: Any = arguments
+    else:
+        text = (arguments or "").strip() or "{}"
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return None, (f"error: the arguments of {name} are not valid JSON ({exc.msg} at character {exc.pos}); "
+                          f"send a JSON object like {_signature(name)}")
+    if not isinstance(data, dict):
+        return None, f"error: the arguments of {name} must be a JSON object like {_signature(name)}"
+    try:
+        return ARGS[name].model_validate(data), None
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+        return None, f"error: bad arguments for {name}: {problems}; expected {_signature(name)}"
