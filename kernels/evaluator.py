@@ -38,6 +38,7 @@ class EvalRequest(BaseModel):
     reps: int | None = None  # timed calls; default 30 on CUDA, 3 on the CPU
     warmup: int | None = None
     baselines: bool = True
+    probe_shapes: int = 1  # extra correctness-only shapes drawn at random per evaluation (0: none)
 
 
 def request_for(problem: str, kernel: str, **settings) -> EvalRequest:

@@ -12,10 +12,12 @@ import json
 import math
 import os
 import platform
+import random
 import secrets
 import select
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,11 +27,11 @@ from pathlib import Path
 import torch
 import triton
 
-from kernels import timing
+from kernels import isolation, timing
 from kernels.evaluator import PROJECT_ROOT, EvalRequest, EvaluatorError, source_sha256
 from kernels.policy import check_source, module_violation
 from kernels.problem import ProblemSpec, get_problem
-from kernels.roofline import profile_for_gpu
+from kernels.roofline import DeviceProfile, profile_for_gpu
 from kernels.verdict import Gpu, ShapeResult, Timing, Verdict
 
 SUSPECT_SPEEDUP = 10.0  # over the strongest baseline: flagged, not rejected
@@ -38,6 +40,16 @@ LOG_TAIL_CHARS = 4000
 # Environment variables a candidate may see; everything else (keys, tokens) stays behind.
 PASS_ENV_PREFIXES = ("CUDA_", "TRITON_", "NVIDIA_", "LD_LIBRARY_PATH", "PATH", "LANG", "LC_")
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
+# Resource limits of the candidate's process tree (each can be set in the judge's environment).
+MAX_PROCESSES = int(os.environ.get("MARATHON_SANDBOX_MAX_PROCESSES", "16"))  # ptxas/gcc while compiling
+SCRATCH_QUOTA = int(os.environ.get("MARATHON_SANDBOX_DISK", str(4 * 2**30)))  # bytes under the scratch dir
+GPU_MEMORY_FRACTION = float(os.environ.get("MARATHON_SANDBOX_GPU_FRACTION", "0.8"))  # the judge keeps the rest
+POLL_S = 0.25  # how often the judge looks at the sandbox's processes, memory and disk while it waits
+# Bytes a float output must be off by, relative to max|ref|, for two runs of the same inputs with
+# different fills of fresh memory to count as "depends on uninitialised memory" rather than as
+# run-to-run noise (atomics): far above rounding, far below what poison (NaN, ~6e4, ~1e36) gives.
+REPRODUCIBLE_FRAC = 1e-3
+FILL_A, FILL_B = 0xFF, 0x7B  # 0xFF is NaN in fp16/bf16/fp32; 0x7B.. is a large finite number in each
 
 
 class Outcome(Exception):
@@ -48,14 +60,19 @@ class Outcome(Exception):
         self.status, self.reason = status, reason
 
 
-def candidate_env(device: str, scratch: Path) -> dict[str, str]:
+def _env_flag(name: str, default: bool = True) -> bool:
+    return os.environ.get(name, "1" if default else "0").strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def candidate_env(device: str, scratch: Path, token: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k.startswith(PASS_ENV_PREFIXES) and not any(w in k.upper() for w in SECRET_WORDS)}
     env.update({
         "HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT)] + [p for p in sys.path if p and "site-packages" in p]),
-        "TRITON_CACHE_DIR": os.environ.get("MARATHON_TRITON_CACHE", str(Path(tempfile.gettempdir()) / "marathon-triton-cache")),
+        "TRITON_CACHE_DIR": triton_cache_dir(),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+        "MARATHON_SANDBOX": token,  # marks every process of this sandbox, for the watchdog and the cleanup
     })
     env.pop("TRITON_INTERPRET", None)
     if device == "cpu":
@@ -63,42 +80,74 @@ def candidate_env(device: str, scratch: Path) -> dict[str, str]:
     return env
 
 
-def _limits(device: str):
-    """Runs in the sandbox child before exec: die with the judge, no core dumps, bounded files."""
+def triton_cache_dir() -> str:
+    path = os.environ.get("MARATHON_TRITON_CACHE", str(Path(tempfile.gettempdir()) / "marathon-triton-cache"))
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _limits(device: str, fsize: int, writable: list[str], fences: dict):
+    """Runs in the sandbox child before exec (one thread, still the judge's privileges): die with the
+    judge, no core dumps, bounded files, memory (CPU) and processes, its own network namespace, and
+    writes only under its scratch directory (Landlock). What took is learned from the child."""
+    import resource
+    use_netns = _env_flag("MARATHON_SANDBOX_NETNS") and os.geteuid() == 0
+    use_landlock = _env_flag("MARATHON_SANDBOX_LANDLOCK") and isolation.landlock_abi() > 0  # loads libc here
+
     def apply() -> None:
-        import resource
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
+        isolation.set_parent_death_signal(signal.SIGKILL)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (16 * 2**30, 16 * 2**30))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        try:  # enforced for non-root users only; the judge's process watchdog covers root
+            resource.setrlimit(resource.RLIMIT_NPROC, (4096, 4096))
+        except (ValueError, OSError):
+            pass
         if device == "cpu":  # CUDA maps huge virtual ranges, so address-space limits are CPU-only
-            cap = int(os.environ.get("MARATHON_SANDBOX_MEMORY", str(12 * 2**30)))
+            cap = int(os.environ.get("MARATHON_SANDBOX_ADDRESS_SPACE", str(12 * 2**30)))
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        if use_netns:
+            isolation.unshare_network()
+        if use_landlock:
+            isolation.restrict_filesystem(writable)
+    fences["netns"] = use_netns
+    fences["landlock"] = use_landlock
     return apply
 
 
 class Sandbox:
-    """The candidate's process, its command pipe, its reply channel and its wall-clock budget."""
+    """The candidate's process, its command pipe, its reply channel and its wall-clock budget. While
+    the judge waits for a reply it watches the process tree: too many processes, too much memory or
+    too much disk end the run with a typed verdict."""
 
-    def __init__(self, source: str, entry: str, device: str, scratch: Path, budget_s: float) -> None:
+    def __init__(self, source: str, entry: str, device: str, scratch: Path, budget_s: float,
+                 fsize: int, memory_cap: int) -> None:
         self.scratch = scratch
         self.budget_s = budget_s
+        self.memory_cap = memory_cap
+        self.token = secrets.token_hex(8)
+        self.nonce = secrets.token_hex(16)
         self.log_path = scratch / "candidate.log"
         candidate = scratch / "candidate.py"
         candidate.write_text(source)
+        self.workdir = scratch / "work"  # the candidate's cwd, HOME and TMPDIR; outputs land here too
+        self.workdir.mkdir()
         read_fd, write_fd = os.pipe()
         self.log = open(self.log_path, "wb")
+        self.fences: dict = {}
+        writable = [str(self.workdir), triton_cache_dir(), "/dev", "/dev/shm"]
+        seccomp = _env_flag("MARATHON_SANDBOX_SECCOMP")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kernels.sandbox", "--candidate", str(candidate), "--entry", entry,
-             "--device", device, "--reply-fd", str(write_fd)],
-            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, cwd=scratch,
-            env=candidate_env(device, scratch), pass_fds=(write_fd,), start_new_session=True,
-            preexec_fn=_limits(device))
+             "--device", device, "--reply-fd", str(write_fd), "--seccomp", str(int(seccomp)),
+             "--gpu-memory-fraction", str(GPU_MEMORY_FRACTION if device == "cuda" else 0.0)],
+            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.workdir,
+            env=candidate_env(device, self.workdir, self.token), pass_fds=(write_fd,), start_new_session=True,
+            preexec_fn=_limits(device, fsize, writable, self.fences))
         os.close(write_fd)
         self.replies = os.fdopen(read_fd, "rb")
         self.buffer = b""
+        self.polls = 0
+        self.send({"nonce": self.nonce})
 
     def send(self, cmd: dict) -> None:
         try:
@@ -107,6 +156,25 @@ class Sandbox:
         except (BrokenPipeError, OSError):
             pass  # the reply wait reports the death
 
+    def watch(self) -> None:
+        """One look at the sandbox's process tree; raises the verdict when it overstepped."""
+        self.polls += 1
+        pids = isolation.process_tree(self.proc.pid, self.token, orphans=self.polls % 4 == 0)
+        if len(pids) > MAX_PROCESSES:
+            self.kill()
+            raise Outcome("rejected", f"the candidate started {len(pids)} processes (limit {MAX_PROCESSES}): "
+                          "a fork bomb, or work outside the sandbox's process; killed")
+        rss = isolation.rss_bytes(pids)
+        if rss > self.memory_cap:
+            self.kill()
+            raise Outcome("crashed", f"the candidate used {rss / 2**30:.1f} GiB of host memory (limit "
+                          f"{self.memory_cap / 2**30:.0f} GiB) and was killed")
+        used = _disk_usage(self.workdir) + _disk_usage(self.log_path)
+        if used > SCRATCH_QUOTA:
+            self.kill()
+            raise Outcome("rejected", f"the candidate wrote {used / 2**20:.0f} MiB under its scratch directory "
+                          f"(quota {SCRATCH_QUOTA / 2**20:.0f} MiB) and was killed")
+
     def receive(self) -> dict:
         """The next reply, charging the wait to the candidate's budget."""
         while b"\n" not in self.buffer:
@@ -114,9 +182,10 @@ class Sandbox:
                 self.kill()
                 raise Outcome("timeout", "the candidate exceeded its wall-clock limit and was killed")
             t0 = time.monotonic()
-            ready, _, _ = select.select([self.replies], [], [], min(self.budget_s, 5.0))
+            ready, _, _ = select.select([self.replies], [], [], min(self.budget_s, POLL_S))
             self.budget_s -= time.monotonic() - t0
             if not ready:
+                self.watch()
                 continue
             chunk = os.read(self.replies.fileno(), 1 << 16)
             if not chunk:
@@ -130,6 +199,10 @@ class Sandbox:
             raise Outcome("crashed", "the candidate's process wrote garbage on the result channel") from None
         if not isinstance(reply, dict) or "kind" not in reply:
             raise Outcome("crashed", "the candidate's process wrote garbage on the result channel")
+        if reply.get("nonce") != self.nonce:
+            self.kill()
+            raise Outcome("rejected", "a forged line on the result channel (it lacks this run's nonce): "
+                          "the candidate tampered with the sandbox's reply channel")
         return reply
 
     def request(self, cmd: dict, expect: str) -> dict:
@@ -162,6 +235,7 @@ class Sandbox:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        isolation.kill_tree(self.proc.pid, self.token)  # children that left the group (setsid) too
         self.proc.wait()
 
     def close(self) -> None:
@@ -171,9 +245,25 @@ class Sandbox:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-        self.kill()  # the whole group: children a candidate forked die too
+        self.kill()  # the whole tree: children a candidate forked die too
         self.log.close()
         self.replies.close()
+
+
+def _disk_usage(root: Path, cap: int = 100_000) -> int:
+    if root.is_file():
+        return root.stat().st_blocks * 512
+    total, seen = 0, 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            seen += 1
+            if seen > cap:
+                return total
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
 
 
 def _describe_exit(code: int | None) -> str:
@@ -181,9 +271,13 @@ def _describe_exit(code: int | None) -> str:
         return "no exit status"
     if code < 0:
         try:
-            return f"killed by {signal.Signals(-code).name}"
+            name = signal.Signals(-code).name
         except ValueError:
             return f"killed by signal {-code}"
+        why = {"SIGXFSZ": ": a file outgrew the sandbox's file-size limit (disk quota)",
+               "SIGKILL": ": killed (out of memory, or by the watchdog)",
+               "SIGSEGV": ": a segmentation fault"}.get(name, "")
+        return f"killed by {name}{why}"
     return f"exit status {code}"
 
 
@@ -211,6 +305,28 @@ def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, bool]:
     return rel, diff.abs().max().item(), True
 
 
+# Probe shapes: correctness-only shapes drawn at random for each evaluation (so no candidate can be
+# specialised to the shapes it is asked for). Ranges per device keep the interpreter quick on the CPU.
+PROBE_RANGES = {
+    "mla_decode": {"cpu": {"B": (1, 2), "H": (1, 5), "S": (1, 160)},
+                   "cuda": {"B": (1, 4), "H": (1, 128), "S": (1, 6000)}},
+    "kda": {"cpu": {"B": (1, 2), "T": (1, 80), "H": (1, 2)},
+            "cuda": {"B": (1, 2), "T": (1, 1500), "H": (1, 8)}},
+}
+CHECKED_TIMED_CALLS = 4  # on CUDA, random timed outputs re-checked (chosen after timing; plus the last
+# timed call and the last graph replay); on the CPU every one
+
+
+def test_profile() -> DeviceProfile | None:
+    """MARATHON_TEST_DEVICE_PROFILE=name:bytes_per_s:flops_per_s makes the judge apply that roofline
+    on any device (tests of the floor check); never set in production."""
+    text = os.environ.get("MARATHON_TEST_DEVICE_PROFILE")
+    if not text:
+        return None
+    name, bw, flops = text.split(":")
+    return DeviceProfile(name, float(bw), float(flops), float(flops), 0, "test profile (MARATHON_TEST_DEVICE_PROFILE)")
+
+
 class Judge:
     def __init__(self, req: EvalRequest) -> None:
         self.req = req
@@ -220,12 +336,13 @@ class Judge:
         self.tolerance = self.spec.tolerances[self.spec.dtypes[self.device]]
         self.reference = importlib.import_module(f"kernels.{self.spec.name}.reference")
         self.gpu = gpu_info() if self.device == "cuda" else None
-        self.profile = profile_for_gpu(self.gpu.name) if self.gpu else None
+        self.profile = test_profile() or (profile_for_gpu(self.gpu.name) if self.gpu else None)
         cuda = self.device == "cuda"
         self.reps = max(req.reps or (30 if cuda else 3), 20 if cuda else 1)
         self.warmup = req.warmup if req.warmup is not None else (5 if cuda else 1)
         # fresh seeds every evaluation, so no candidate can know its inputs; seed % 3 keeps the cases
         self.seed_base = 3 * secrets.randbelow(2**20)
+        self.rng = random.Random(secrets.randbits(64))
         self.verdict = Verdict(
             status="ok", reason="", problem=self.spec.name, kernel=req.kernel, mode=req.mode,
             device=self.device, gpu=self.gpu, dtype=self.spec.dtypes[self.device],
@@ -248,6 +365,26 @@ class Judge:
         name = self.req.shape_set or ("bench" if self.device == "cuda" else "smoke")
         return self.spec.shapes(name)
 
+    def probe_shapes(self, asked: list[dict[str, int]]) -> list[dict[str, int]]:
+        """Random valid shapes the candidate cannot know in advance: odd lengths, head and batch
+        counts; head dimensions (KDA's K, V) stay those of the first asked shape."""
+        ranges = PROBE_RANGES.get(self.spec.name, {}).get(self.device)
+        if self.req.mode == "compile" or not ranges or not asked:
+            return []
+        out = []
+        for _ in range(max(self.req.probe_shapes, 0)):
+            for _attempt in range(20):
+                shape = dict(asked[0])
+                shape.update({d: self.rng.randint(lo, hi) for d, (lo, hi) in ranges.items()})
+                try:
+                    shape = self.spec.shape(shape)
+                except ValueError:
+                    continue
+                if shape not in asked and shape not in out:
+                    out.append(shape)
+                    break
+        return out
+
     def run(self) -> Verdict:
         t0 = time.monotonic()
         try:
@@ -255,13 +392,21 @@ class Judge:
                 ast.parse(self.req.source)
             except SyntaxError as exc:
                 raise Outcome("compile_error", f"syntax error at line {exc.lineno}: {exc.msg}") from None
-            violations = check_source(self.req.source, self.spec.entry_point)
-            if violations:
-                raise Outcome("rejected", "the source breaks the candidate policy:\n" + "\n".join(map(str, violations)))
+            if _env_flag("MARATHON_UNSAFE_SKIP_POLICY", default=False):
+                self.verdict.flags.append("the static policy was skipped (MARATHON_UNSAFE_SKIP_POLICY): "
+                                          "a test of the run-time defences, never a real evaluation")
+            else:
+                violations = check_source(self.req.source, self.spec.entry_point)
+                if violations:
+                    raise Outcome("rejected", "the source breaks the candidate policy:\n" + "\n".join(map(str, violations)))
+            shapes = self.shapes()
+            probes = self.probe_shapes(shapes)
             with tempfile.TemporaryDirectory(prefix="marathon-eval-") as tmp:
-                sandbox = Sandbox(self.req.source, self.spec.entry_point, self.device, Path(tmp), self.req.timeout_s)
+                sandbox = Sandbox(self.req.source, self.spec.entry_point, self.device, Path(tmp), self.req.timeout_s,
+                                  fsize=self._file_limit(shapes + probes), memory_cap=self._memory_cap())
+                self.verdict.sandbox = dict(sandbox.fences)
                 try:
-                    self._judge(sandbox, Path(tmp))
+                    self._judge(sandbox, Path(tmp), shapes, probes)
                 finally:
                     self.verdict.log_tail = sandbox.log_tail()
                     sandbox.close()
@@ -272,49 +417,92 @@ class Judge:
             self.verdict.reason = self._summary()
         return self.verdict
 
-    def _judge(self, sandbox: Sandbox, scratch: Path) -> None:
+    def _file_limit(self, shapes: list[dict[str, int]]) -> int:
+        """RLIMIT_FSIZE for the candidate: room for the largest output the sandbox must save, and
+        for a log, no more (a disk filler dies of SIGXFSZ)."""
+        largest = max(math.prod(self.reference.output_spec(s, self.dtype)[0]) for s in shapes) * self.dtype.itemsize
+        return max(64 * 2**20, 2 * largest + 16 * 2**20)
+
+    def _memory_cap(self) -> int:
+        default = 12 * 2**30 if self.device == "cpu" else 48 * 2**30
+        return int(os.environ.get("MARATHON_SANDBOX_MEMORY", str(default)))
+
+    def _judge(self, sandbox: Sandbox, scratch: Path, shapes, probes) -> None:
         ready = self._ready(sandbox)
+        self.verdict.sandbox.update(ready.get("fences", {}))
+        missing = [k for k in ("seccomp", "landlock", "netns") if not self.verdict.sandbox.get(k)]
+        if missing:
+            self.verdict.sandbox["missing"] = ", ".join(missing)
         if ready["banned_modules"]:
             raise Outcome("rejected", f"importing the candidate loaded {', '.join(ready['banned_modules'])}")
         noop_checked = False
-        for index, shape in enumerate(self.shapes()):
+        for index, (shape, probe) in enumerate([(s, False) for s in shapes] + [(s, True) for s in probes]):
             result = ShapeResult(shape=shape, correct=False)
-            self.verdict.shapes.append(result)
+            (self.verdict.probe_shapes if probe else self.verdict.shapes).append(result)
+            if probe:
+                result.note = "probe shape, drawn at random for this evaluation: correctness only"
             out_shape, out_dtype = self.reference.output_spec(shape, self.dtype)
-            input_sets, files = [], []
+            input_sets = []
             seeds = 1 if self.req.mode == "compile" else max(self.req.seeds, 1)
             for s in range(seeds):
-                inputs = self.reference.make_inputs(shape, self.seed_base + s, self.device, self.dtype)
+                seed = self.seed_base + s
+                inputs = self.reference.make_inputs(shape, seed, self.device, self.dtype)
                 path = scratch / f"inputs_{index}_{s}.pt"
                 torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}, path)
-                facts = self._call(sandbox, path, scratch / f"out_{index}_{s}.pt", out_shape, out_dtype, noop=False)
+                out_path = sandbox.workdir / f"out_{index}_{s}.pt"
+                self._call(sandbox, path, out_path, out_shape, out_dtype, fill=FILL_A)
                 if self.req.mode == "compile":
                     result.note = "compiled and ran once; not checked"
                     return
-                out = torch.load(scratch / f"out_{index}_{s}.pt", weights_only=True)
+                out = torch.load(out_path, weights_only=True)
                 ref = self.reference.reference(**inputs)
-                rel, max_abs, finite = compare(out, ref)
-                result.rel_err = rel if result.rel_err is None else max(result.rel_err, rel)
-                result.max_abs_err = max_abs if result.max_abs_err is None else max(result.max_abs_err, max_abs)
+                self._check(result, shape, f"seed {seed}", out, ref)
                 result.seeds = s + 1
-                bound = self.tolerance.abs_frac * ref.abs().max().item()
-                if not finite or rel > self.tolerance.rel or max_abs > bound:
-                    why = "NaN or Inf in the output" if not finite else (
-                        f"rel_err {rel:.3g} (limit {self.tolerance.rel:g}), max_abs_err {max_abs:.3g} (limit {bound:.3g})")
-                    raise Outcome("incorrect", f"wrong answer at {_fmt(shape)}, seed {self.seed_base + s}: {why}")
                 if not noop_checked:
-                    self._noop_check(sandbox, path, scratch / f"noop_{index}.pt", out, out_shape, out_dtype)
+                    self._noop_check(sandbox, path, sandbox.workdir / f"noop_{index}.pt", out, out_shape, out_dtype)
                     noop_checked = True
-                input_sets.append(inputs)
-                files.append(str(path))
+                if s == 0:  # the same inputs again, fresh memory filled differently: same output?
+                    again_path = sandbox.workdir / f"again_{index}.pt"
+                    self._call(sandbox, path, again_path, out_shape, out_dtype, fill=FILL_B)
+                    self._reproducible(shape, out, torch.load(again_path, weights_only=True), ref)
+                if not probe:
+                    input_sets.append(inputs)
+                for f in (out_path, sandbox.workdir / f"again_{index}.pt"):
+                    f.unlink(missing_ok=True)
                 del out, ref
             result.correct = True
-            if self.req.mode == "full":
-                self._time(sandbox, result, shape, input_sets, files)
+            if self.req.mode == "full" and not probe:
+                self._time(sandbox, result, shape, input_sets)
             sandbox.request({"op": "forget"}, "forgot")
             del input_sets
             if self.device == "cuda":
                 torch.cuda.empty_cache()
+
+    def _check(self, result: ShapeResult, shape, what: str, out: torch.Tensor, ref: torch.Tensor) -> None:
+        rel, max_abs, finite = compare(out, ref)
+        result.rel_err = rel if result.rel_err is None else max(result.rel_err, rel)
+        result.max_abs_err = max_abs if result.max_abs_err is None else max(result.max_abs_err, max_abs)
+        bound = self.tolerance.abs_frac * ref.abs().max().item()
+        if not finite or rel > self.tolerance.rel or max_abs > bound:
+            why = "NaN or Inf in the output" if not finite else (
+                f"rel_err {rel:.3g} (limit {self.tolerance.rel:g}), max_abs_err {max_abs:.3g} (limit {bound:.3g})")
+            raise Outcome("incorrect", f"wrong answer at {_fmt(shape)}, {what}: {why}")
+
+    def _reproducible(self, shape, out: torch.Tensor, again: torch.Tensor, ref: torch.Tensor) -> None:
+        """Two runs on the same inputs, fresh memory filled with 0xFF and then 0x7B: a kernel that
+        reads memory it never wrote gives different answers; an honest one the same, up to atomics."""
+        if torch.equal(out, again):
+            return
+        diff = (again.float() - out.float()).abs().nan_to_num(math.inf).max().item()
+        bound = REPRODUCIBLE_FRAC * ref.abs().max().item()
+        if diff <= bound:
+            note = f"the output is not bitwise reproducible at {_fmt(shape)} (max diff {diff:.3g}): atomics?"
+            if note not in self.verdict.flags:
+                self.verdict.flags.append(note)
+            return
+        raise Outcome("incorrect", f"the output depends on uninitialised memory: at {_fmt(shape)} two runs on the "
+                      f"same inputs, with fresh memory filled with 0x{FILL_A:02X} and then 0x{FILL_B:02X}, differ by "
+                      f"up to {diff:.3g} (a kernel reads memory it never wrote, or leaves output unwritten)")
 
     def _ready(self, sandbox: Sandbox) -> dict:
         reply = sandbox.receive()
@@ -324,9 +512,9 @@ class Judge:
             raise Outcome("crashed", f"unexpected reply {reply['kind']!r} on the result channel")
         return reply
 
-    def _call(self, sandbox, path, out_path, out_shape, out_dtype, noop: bool) -> dict:
+    def _call(self, sandbox, path, out_path, out_shape, out_dtype, noop: bool = False, fill: int = FILL_A) -> dict:
         facts = sandbox.request({"op": "call", "inputs": str(path), "output": str(out_path), "shape": list(out_shape),
-                                 "dtype": str(out_dtype).removeprefix("torch."), "noop": noop}, "called")
+                                 "dtype": str(out_dtype).removeprefix("torch."), "noop": noop, "fill": fill}, "called")
         banned = [m for m in facts.get("new_modules", []) if module_violation(m)]
         if banned:
             raise Outcome("rejected", f"calling the candidate loaded {', '.join(banned)}")
@@ -335,19 +523,41 @@ class Judge:
         self.verdict.kernels_launched = list(dict.fromkeys(self.verdict.kernels_launched + facts["kernels"]))
         if facts["output_problem"]:
             raise Outcome("incorrect", f"the candidate {facts['output_problem']}")
-        if facts["torch_ops"]:
-            ops = ", ".join(f"{k} x{v}" for k, v in sorted(facts["torch_ops"].items()))
-            raise Outcome("rejected", "torch computed part of the answer (" + ops + "); torch may only "
-                          "allocate, view, copy and cast: the arithmetic must be in the candidate's Triton kernels")
+        self._facts(facts, "")
         own = [k for k in facts["kernels"] if k.startswith("candidate.")]
-        foreign = [k for k in facts["kernels"] if not k.startswith("candidate.")]
-        if foreign:
-            raise Outcome("rejected", f"kernels not defined in the candidate ran: {', '.join(foreign)}")
         if not own:
             raise Outcome("rejected", "no Triton kernel of the candidate's own was launched")
         if facts["inputs_mutated"]:
             raise Outcome("rejected", "the candidate modified its inputs")
         return facts
+
+    def _facts(self, facts: dict, when: str) -> None:
+        """What the sandbox saw during a call (or, with `when`, during the timed calls)."""
+        if facts["torch_ops"]:
+            ops = ", ".join(f"{k} x{v}" for k, v in sorted(facts["torch_ops"].items()))
+            raise Outcome("rejected", f"torch computed part of the answer{when} (" + ops + "); torch may only "
+                          "allocate, view, copy and cast: the arithmetic must be in the candidate's Triton kernels")
+        foreign = [k for k in facts.get("kernels", facts.get("foreign", [])) if not k.startswith("candidate.")]
+        if foreign:
+            raise Outcome("rejected", f"kernels not defined in the candidate ran{when}: {', '.join(foreign)}")
+        if facts.get("side_streams"):
+            raise Outcome("rejected", f"the candidate launched {', '.join(facts['side_streams'])} on a stream other "
+                          f"than the caller's{when}: work hidden from the clock")
+        if facts.get("odd_args"):
+            raise Outcome("rejected", f"a kernel argument was not a plain tensor, scalar or descriptor{when} "
+                          f"({'; '.join(facts['odd_args'])}): its methods could run the answer inside the launch")
+        if facts.get("threads_alive"):
+            raise Outcome("rejected", f"the candidate left threads running after its call{when} "
+                          f"({', '.join(facts['threads_alive'])}): work hidden from the clock")
+        if facts.get("threads_started"):
+            note = f"the candidate started {facts['threads_started']} thread(s){when}"
+            if note not in self.verdict.flags:
+                self.verdict.flags.append(note)
+        if facts.get("state_changed"):
+            note = ("module-level state changed between calls" + (when or " of one shape") + ": "
+                    + ", ".join(facts["state_changed"]) + " (state that persists across calls: a cache?)")
+            if note not in self.verdict.flags:
+                self.verdict.flags.append(note)
 
     def _noop_check(self, sandbox, path, out_path, real_out, out_shape, out_dtype) -> None:
         """With the candidate's kernels turned into no-ops the output must change: otherwise
@@ -360,25 +570,87 @@ class Judge:
             raise Outcome("rejected", "the output did not change with the candidate's Triton kernels disabled: "
                           "the answer does not come from its kernels")
 
-    def _time(self, sandbox, result: ShapeResult, shape, input_sets, files) -> None:
-        reply = sandbox.request({"op": "time", "inputs": files, "reps": self.reps, "warmup": self.warmup}, "timed")
+    def _time(self, sandbox, result: ShapeResult, shape, input_sets) -> None:
+        """Timed calls on fresh inputs in refilled buffers; then outputs of timed calls re-checked."""
+        slots = 2
+        seed0 = 3 * secrets.randbelow(2**20) + 2**22  # never a correctness seed
+        cuda = self.device == "cuda"
+        reply = sandbox.request({"op": "time", "problem": self.spec.name, "shape": shape,
+                                 "dtype": str(self.dtype).removeprefix("torch."), "seed_base": seed0,
+                                 "slots": slots, "reps": self.reps, "warmup": self.warmup,
+                                 "sync_reps": 5 if cuda else 0, "graph": cuda}, "timed")
+        facts = reply["facts"]
+        banned = [m for m in facts.get("new_modules", []) if module_violation(m)]
+        if banned:
+            raise Outcome("rejected", f"calling the candidate loaded {', '.join(banned)}")
+        if facts["output_problem"]:
+            raise Outcome("incorrect", f"the candidate {facts['output_problem']}")
+        self._facts(facts, " during the timed calls")
+        if facts["idle_calls"]:
+            raise Outcome("rejected", f"{len(facts['idle_calls'])} timed call(s) launched none of the candidate's "
+                          "kernels: outputs replayed or cached instead of computed")
+        self._recheck(sandbox, shape, reply["phases"], seed0 + slots)
         result.timing = _timing(reply)
         result.latency_us = result.timing.median_us
+        if cuda and reply.get("sync_wall_us"):
+            self._wall_check(result, shape, statistics.median(reply["sync_wall_us"]))
         if self.req.baselines:
             self._baselines(result, input_sets)
         for name, us in result.baselines.items():
             result.speedup[name] = round(us / result.latency_us, 4) if result.latency_us > 0 else math.inf
-        if self.profile:
+        self._speed_checks(result, shape)
+
+    def _recheck(self, sandbox, shape, phases: dict, seed_offset: int) -> None:
+        """Outputs of timed calls, picked after the timing, against the reference on their inputs."""
+        every = [i for name in ("warmup", "timed", "sync", "graph") for i in phases.get(name, [])]
+        if self.device == "cuda":
+            picked = set(self.rng.sample(every, min(CHECKED_TIMED_CALLS, len(every))))
+            picked.update(phases["timed"][-1:] + phases.get("graph", [])[-1:])
+        else:
+            picked = set(every)
+        where = {i: name for name in phases for i in phases[name]}
+        saved = sandbox.request({"op": "save_timed", "indices": sorted(picked), "dir": str(sandbox.workdir)}, "saved")
+        for i in sorted(picked):
+            path = saved["files"].get(str(i))
+            if path is None:
+                raise Outcome("incorrect", f"timed call {i} ({where.get(i)}) returned no usable output")
+            out = torch.load(path, weights_only=True)
+            Path(path).unlink(missing_ok=True)
+            inputs = self.reference.make_inputs(shape, seed_offset + i, self.device, self.dtype)
+            ref = self.reference.reference(**inputs)
+            rel, max_abs, finite = compare(out, ref)
+            bound = self.tolerance.abs_frac * ref.abs().max().item()
+            if not finite or rel > self.tolerance.rel or max_abs > bound:
+                why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
+                raise Outcome("incorrect", f"the output of timed call {i} ({where.get(i)} phase, fresh inputs in "
+                              f"refilled buffers) at {_fmt(shape)} is wrong ({why}): outputs of timed calls are "
+                              "re-checked, so cached, replayed or skipped work fails here")
+            del out, ref, inputs
+
+    def _wall_check(self, result: ShapeResult, shape, wall_us: float) -> None:
+        """Event time against the wall clock of a call between two full device synchronisations."""
+        event_us = result.timing.median_us
+        if wall_us > 4 * event_us + 200:
+            raise Outcome("rejected", f"at {_fmt(shape)} a call takes {wall_us:.0f} us by the wall clock between full "
+                          f"device synchronisations but {event_us:.1f} us by its stream's events: work hidden from the clock")
+        if wall_us > 2 * event_us + 50:
+            self.verdict.flags.append(f"at {_fmt(shape)}: {wall_us:.0f} us by the synchronised wall clock against "
+                                      f"{event_us:.1f} us by events: check for work outside the stream")
+
+    def _speed_checks(self, result: ShapeResult, shape) -> None:
+        """Physically impossible speed is rejected; a speedup over 10x the strongest baseline flagged."""
+        if self.profile and result.latency_us is not None:
             elem = self.dtype.itemsize
             result.floor_us = round(self.spec.traffic(shape, elem).floor_us(self.profile), 4)
-            result.roofline_pct = round(100.0 * result.floor_us / result.latency_us, 2)
+            result.roofline_pct = round(100.0 * result.floor_us / result.latency_us, 2) if result.latency_us > 0 else math.inf
             if result.latency_us < FLOOR_MARGIN * result.floor_us:
                 raise Outcome("rejected", f"{result.latency_us:.2f} us at {_fmt(shape)} is under the {self.profile.name} "
                               f"roofline floor of {result.floor_us:.2f} us: physically implausible, so suspect")
-        if result.speedup and self.device == "cuda":
+        if result.speedup and (self.device == "cuda" or self.profile is not None):
             best = min(result.speedup.values())
             if best > SUSPECT_SPEEDUP:
-                self.verdict.flags.append(f"{best:.1f}x faster than the strongest baseline at {_fmt(shape)}: check it")
+                self.verdict.flags.append(f"{best:.1f}x faster than the strongest baseline at {_fmt(shape)}: "
+                                          "suspect, check it")
 
     def _baselines(self, result: ShapeResult, input_sets) -> None:
         module = importlib.import_module(f"kernels.{self.spec.name}.baselines")

@@ -1,8 +1,11 @@
 """One timing routine for candidates (in the sandbox) and baselines (in the judge), so both are
 measured the same way: warm-up, L2 flushed before every timed call, CUDA events around the call
-alone, input sets rotated so no call sees the addresses of the one before, and a CUDA-graph figure."""
+alone, input sets rotated so no call sees the addresses of the one before, and a CUDA-graph figure.
+For candidates the sandbox adds hooks: every call gets fresh values in its buffers (refilled outside
+the clock), runs under the torch-op monitor, and its output is kept for the judge to re-check."""
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from typing import Callable
@@ -16,73 +19,141 @@ def _call_all(fn: Callable, inputs: dict):
     return fn(**inputs)
 
 
-def time_cpu(fn: Callable, input_sets: list[dict], reps: int, warmup: int) -> dict:
+class _Hooks:
+    """How a timing run gets its inputs and what it does with outputs.
+
+    prepare(i, slot=None) -> inputs for call i (the sandbox refills buffers with fresh values here,
+    outside the clock); record(i, out, copy=False) after call i, outside the clock; around(i) a
+    context manager around the call itself (the sandbox's torch-op monitor). The defaults rotate
+    through `input_sets` and keep nothing, which is what the judge's baselines use."""
+
+    def __init__(self, input_sets, prepare, record, around) -> None:
+        self.prepare = prepare or (lambda i, slot=None: input_sets[i % len(input_sets) if slot is None else slot])
+        self.record = record or (lambda i, out, copy=False: None)
+        self.around = around or (lambda i: contextlib.nullcontext())
+
+    def call(self, fn: Callable, i: int, inputs: dict):
+        with self.around(i):
+            return _call_all(fn, inputs)
+
+
+def time_cpu(fn: Callable, input_sets: list[dict], reps: int, warmup: int, *, prepare=None, record=None,
+             around=None, **_) -> dict:
     """Wall clock on the CPU (the Triton interpreter): labelled not meaningful by the judge."""
-    for i in range(warmup):
-        _call_all(fn, input_sets[i % len(input_sets)])
+    hooks = _Hooks(input_sets, prepare, record, around)
+    i = 0
+    for _ in range(warmup):
+        inputs = hooks.prepare(i)
+        hooks.record(i, hooks.call(fn, i, inputs))
+        i += 1
     times = []
-    for i in range(reps):
+    for _ in range(reps):
+        inputs = hooks.prepare(i)
         t0 = time.perf_counter()
-        _call_all(fn, input_sets[i % len(input_sets)])
+        out = hooks.call(fn, i, inputs)
         times.append((time.perf_counter() - t0) * 1e6)
-    return {"times_us": times, "graph_times_us": None, "graph_error": "no CUDA graphs on the CPU"}
+        hooks.record(i, out)
+        i += 1
+    return {"times_us": times, "graph_times_us": None, "graph_error": "no CUDA graphs on the CPU",
+            "phases": {"warmup": list(range(warmup)), "timed": list(range(warmup, i))}}
 
 
-def time_cuda(fn: Callable, input_sets: list[dict], reps: int, warmup: int, graph: bool = True) -> dict:
+def time_cuda(fn: Callable, input_sets: list[dict], reps: int, warmup: int, graph: bool = True, *,
+              prepare=None, record=None, around=None, sync_reps: int = 0, graph_slots: int | None = None) -> dict:
+    """CUDA events around each call, the L2 flushed before it. The events are on the current stream;
+    the whole device is synchronised before any reading is taken, and `sync_reps` further calls are
+    timed by the wall clock between two full device synchronisations (a cross-check: work that a
+    call hides from its stream's events shows up there)."""
+    hooks = _Hooks(input_sets, prepare, record, around)
     device = torch.device("cuda")
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
-    for i in range(warmup):
-        _call_all(fn, input_sets[i % len(input_sets)])
+    i = 0
+    phases: dict[str, list[int]] = {"warmup": [], "timed": [], "sync": [], "graph": []}
+    for _ in range(warmup):
+        inputs = hooks.prepare(i)
+        hooks.record(i, hooks.call(fn, i, inputs))
+        phases["warmup"].append(i)
+        i += 1
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     wall0 = time.perf_counter()
-    for i in range(reps):
+    for r in range(reps):
+        inputs = hooks.prepare(i)  # the refill is enqueued before the flush, so it leaves no trace in L2
         flush.zero_()
-        starts[i].record()
-        _call_all(fn, input_sets[i % len(input_sets)])
-        ends[i].record()
+        starts[r].record()
+        out = hooks.call(fn, i, inputs)
+        ends[r].record()
+        hooks.record(i, out)
+        phases["timed"].append(i)
+        i += 1
     torch.cuda.synchronize()  # the whole device: work on side streams is waited for too
     wall_s = time.perf_counter() - wall0
     times = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-    result = {"times_us": times, "wall_s": wall_s, "graph_times_us": None, "graph_error": None}
+    sync_wall = []
+    for _ in range(sync_reps):
+        inputs = hooks.prepare(i)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = hooks.call(fn, i, inputs)
+        torch.cuda.synchronize()
+        sync_wall.append((time.perf_counter() - t0) * 1e6)
+        hooks.record(i, out)
+        phases["sync"].append(i)
+        i += 1
+    result = {"times_us": times, "wall_s": wall_s, "sync_wall_us": sync_wall, "graph_times_us": None,
+              "graph_error": None, "phases": phases}
     if graph:
+        n = graph_slots or max(len(input_sets), 1)
         try:
-            result["graph_times_us"] = _time_graph(fn, input_sets, reps, flush)
+            result["graph_times_us"] = _time_graph(fn, hooks, n, reps, flush, i, phases["graph"])
         except Exception as exc:  # not every callable is capturable; the eager figure stands
             result["graph_error"] = f"{type(exc).__name__}: {exc}"[:300]
             torch.cuda.synchronize()
     return result
 
 
-def _time_graph(fn: Callable, input_sets: list[dict], reps: int, flush: torch.Tensor) -> list[float]:
-    graphs = []
+def _time_graph(fn: Callable, hooks: _Hooks, n_graphs: int, reps: int, flush: torch.Tensor, i0: int,
+                indices: list[int]) -> list[float]:
+    """One graph per input slot; before each replay its slot is refilled with fresh values, and the
+    replay's output is copied out after the clock stops."""
+    graphs, outs = [], []
     side = torch.cuda.Stream()
-    for inputs in input_sets:
+    i = i0
+    for slot in range(n_graphs):
+        inputs = hooks.prepare(i, slot)
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm up outside capture, as torch.cuda.graphs asks
-            _call_all(fn, inputs)
+            out = hooks.call(fn, i, inputs)
         torch.cuda.current_stream().wait_stream(side)
+        hooks.record(i, out)
+        indices.append(i)
+        i += 1
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            _call_all(fn, inputs)
+            outs.append(hooks.call(fn, i, inputs))
         graphs.append(g)
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
+    for r in range(reps):
+        slot = r % len(graphs)
+        hooks.prepare(i, slot)
         flush.zero_()
-        starts[i].record()
-        graphs[i % len(graphs)].replay()
-        ends[i].record()
+        starts[r].record()
+        graphs[slot].replay()
+        ends[r].record()
+        hooks.record(i, outs[slot], copy=True)
+        indices.append(i)
+        i += 1
     torch.cuda.synchronize()
     return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
 
 
-def time_fn(fn: Callable, input_sets: list[dict], device: str, reps: int, warmup: int) -> dict:
+def time_fn(fn: Callable, input_sets: list[dict], device: str, reps: int, warmup: int, **hooks) -> dict:
     if device == "cuda":
-        return time_cuda(fn, input_sets, reps, warmup)
-    return time_cpu(fn, input_sets, reps, warmup)
+        return time_cuda(fn, input_sets, reps, warmup, **hooks)
+    return time_cpu(fn, input_sets, reps, warmup, **hooks)
 
 
 def summarize(times_us: list[float]) -> dict:

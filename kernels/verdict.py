@@ -57,6 +57,10 @@ class Verdict(BaseModel):
     flags: list[str] = Field(default_factory=list)  # suspicious but not disqualifying
     kernels_launched: list[str] = Field(default_factory=list)
     log_tail: str = ""  # the end of the candidate's own stdout/stderr, for the author to read
+    # correctness-only shapes drawn at random for this evaluation, so no candidate can know them
+    probe_shapes: list[ShapeResult] = Field(default_factory=list)
+    # the operating-system fences the candidate ran inside (kernels/isolation.py) and which took
+    sandbox: dict[str, bool | float | int | str] = Field(default_factory=dict)
     source_sha256: str = ""
     elapsed_s: float = 0.0
 

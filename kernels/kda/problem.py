@@ -44,7 +44,11 @@ PROBLEM = ProblemSpec(
     traffic=_traffic,
     tolerances={
         "bfloat16": Tolerance(rel=2e-2, abs_frac=5e-2),
-        "float16": Tolerance(rel=5e-3, abs_frac=2e-2),
+        # Honest recurrent or chunked kernels: rel ~2-4e-4 in fp16, ~1.7-3e-3 in bf16. The state
+        # decays, so even a low-precision state stays accurate; what breaks is the cumulative gate of a
+        # chunked kernel in low precision (fp16: 5e-3..9e-3, bf16: 4e-2..7e-2 on the non-constant gate
+        # cases), which these limits fail. bf16 stays at 2e-2: tighter catches nothing more.
+        "float16": Tolerance(rel=2e-3, abs_frac=1e-2),
         "float32": Tolerance(rel=1e-3, abs_frac=1e-2),
     },
     dtypes={"cpu": "float16", "cuda": "bfloat16"},

@@ -44,8 +44,12 @@ PROBLEM = ProblemSpec(
     check_shape=_check,
     traffic=_traffic,
     tolerances={
-        "bfloat16": Tolerance(rel=1e-2, abs_frac=5e-2),
-        "float16": Tolerance(rel=3e-3, abs_frac=2e-2),
+        # Honest kernels (fp32 accumulation, P rounded for the second product, output rounding) land
+        # at rel ~2e-3 in bf16 and ~2.3e-4 in fp16 (max-abs ~4e-3 / ~4e-4 of max|ref|); accumulating
+        # the output across KV tiles in the input precision gives 6e-3..2e-2 (bf16) and 6e-4..2e-3
+        # (fp16), growing with S. Limits at ~3-4x the honest error (issue 3, precision downcast).
+        "bfloat16": Tolerance(rel=6e-3, abs_frac=2e-2),
+        "float16": Tolerance(rel=1e-3, abs_frac=5e-3),
         "float32": Tolerance(rel=1e-3, abs_frac=1e-2),
     },
     dtypes={"cpu": "float16", "cuda": "bfloat16"},
