@@ -1,4 +1,4 @@
-"""The `marathon` command: a thin front over the evaluator (and, later, the Temporal runs)."""
+"""The `marathon` command: a thin front over the evaluator (`eval`) and the Temporal runs (`run`, `dev`)."""
 from __future__ import annotations
 
 import argparse
@@ -68,7 +68,243 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-baselines", action="store_true")
     ev.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
     ev.set_defaults(func=cmd_eval)
+    add_run_and_dev(sub)
     return ap
+
+
+# ------------------------------------------------------------------------------ run and dev
+# Temporal, the workers and the workflow are imported lazily: `marathon eval` needs none of them.
+def _state_dir(path: str | None):
+    from pathlib import Path
+    import os
+    if path:
+        return Path(path).expanduser()
+    base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
+    return base / "kernel-marathon"
+
+
+def spec_from_args(args: argparse.Namespace):
+    """The RunSpec the flags describe (the same JSON `temporal workflow start --input` takes)."""
+    from pathlib import Path
+
+    from kernels.problem import get_problem
+    from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec
+
+    spec = get_problem(args.problem)
+    kernel, source = args.kernel, None
+    if kernel not in spec.shipped_kernels:
+        path = Path(kernel)
+        if not path.is_file():
+            raise ValueError(f"--kernel {kernel!r} is neither a file nor a shipped kernel of {args.problem} "
+                             f"({', '.join(spec.shipped_kernels)})")
+        source = path.read_text()
+    model = ModelSettings(model=args.model or "", base_url=args.base_url, api_key_env=args.api_key_env)
+    policy = args.policy
+    if policy == "llm" and not model.configured:
+        raise ValueError("--policy llm needs --model (and --base-url for a non-OpenAI endpoint)")
+    return RunSpec(problem=args.problem, kernel=kernel if source is None else str(kernel), source=source,
+                   policy=policy, model=model,
+                   budgets=Budgets(hours=args.hours, max_tool_calls=args.max_tool_calls,
+                                   target_speedup=args.target_speedup),
+                   eval=EvalSettings(device=args.device, shapes=args.shapes,
+                                     shape_list=[parse_shape(s) for s in args.shape], timeout_s=args.timeout),
+                   hints=list(args.hint), compact_every=args.compact_every, context_budget=args.context_budget,
+                   gpu_task_queue=args.gpu_task_queue)
+
+
+def _report_table(rep) -> str:
+    lines = [f"{rep.problem} ({rep.policy}), workflow {rep.workflow_id}: {rep.stop_reason}",
+             f"  {rep.tool_calls} tool calls, {rep.turns} turns, {rep.attempts} attempts, "
+             f"{rep.continue_as_new} continue-as-new, {rep.compactions} compactions, {rep.hours:.2f} h"]
+    if rep.tokens.calls:
+        lines.append(f"  model: {rep.tokens.calls} calls, {rep.tokens.prompt_tokens} prompt + "
+                     f"{rep.tokens.completion_tokens} completion tokens")
+    if rep.best is None:
+        lines.append("  best: no kernel with an ok verdict")
+    else:
+        b = rep.best
+        sp = f"{b.speedup:.3f}x against the strongest baseline" if b.speedup is not None else "no baseline timed"
+        lines += [f"  best: attempt {b.attempt}, {sp} (sha256 {b.sha256[:12]})", "", _table(b.verdict)]
+    tried = [a for a in rep.ledger if a.evals]
+    if tried:
+        lines += ["", "  attempts:"]
+        for a in tried[-30:]:
+            e = a.best_eval() or a.evals[-1]
+            sp = f"{e.speedup:.3f}x vs {e.baseline}" if e.speedup is not None else ""
+            lat = f"{e.latency_us:.1f} us" if e.latency_us is not None else ""
+            cfg = ", ".join(f"{k}={v}" for k, v in (a.config or {}).items())
+            lines.append(f"  {a.n:>5} {a.origin:<6} {e.status:<13} {lat:>12} {sp:<24} {cfg}")
+    return "\n".join(lines)
+
+
+async def _follow(client, workflow_id: str, out) -> None:
+    """Live progress: the run's lab notebook as it grows, and a status line now and then."""
+    import asyncio
+    import time
+
+    from workflows.models import RunStatus
+
+    seen: list[str] = []
+    last_line = 0.0
+    handle = client.get_workflow_handle(workflow_id)  # the latest run: follows continue-as-new
+    while True:
+        try:
+            st = await handle.query("status", result_type=RunStatus)
+        except Exception:  # between runs of a continue-as-new, or not started yet
+            await asyncio.sleep(1.0)
+            continue
+        new = st.notebook
+        if seen and new[: len(seen)] != seen:  # the window moved: print what we have not printed
+            overlap = next((i for i in range(len(seen)) if new[: len(seen) - i] == seen[i:]), len(seen))
+            new_lines = new[len(seen) - overlap:]
+        else:
+            new_lines = new[len(seen):]
+        for line in new_lines:
+            print(f"  {line}", file=out, flush=True)
+        seen = new
+        now = time.monotonic()
+        if now - last_line > 30:
+            best = f"{st.best_speedup:.3f}x @ {st.best_attempt}" if st.best_speedup is not None else "none yet"
+            print(f"[{st.tool_calls}/{st.tool_calls_budget} tool calls, {st.hours_used:.2f}/{st.hours_budget:g} h, "
+                  f"best {best}] {st.step}", file=out, flush=True)
+            last_line = now
+        if st.phase == "finished":
+            return
+        await asyncio.sleep(2.0)
+
+
+async def _run_async(args: argparse.Namespace, spec) -> int:
+    import asyncio
+    import contextlib
+    import uuid
+
+    import worker
+    from activities.artifacts import ArtifactStore
+    from workflows import names
+    from workflows.models import RunReport
+
+    out = sys.stderr if args.json else sys.stdout
+    state = _state_dir(args.state_dir)
+    workflow_id = args.workflow_id or f"{spec.problem}-{spec.resolved_policy()}-{uuid.uuid4().hex[:8]}"
+    with contextlib.ExitStack() as stack:
+        address = args.address
+        if address is None:
+            print("starting an embedded Temporal dev server and workers for this run ...", file=out, flush=True)
+            server = stack.enter_context(worker.DevServer(log=state / "temporal-embedded.log"))
+            address = server.address
+        client = await worker.connect(address, args.namespace)
+        workers = None
+        if args.address is None:
+            workers = worker.build_workers(client, task_queue=args.task_queue, gpu_task_queue=args.gpu_task_queue,
+                                           store=ArtifactStore(args.artifacts or state / "artifacts"))
+            worker_task = asyncio.create_task(workers.run())
+        try:
+            handle = await client.start_workflow(names.WORKFLOW_TYPE, spec, id=workflow_id, task_queue=args.task_queue,
+                                                 result_type=RunReport)
+            print(f"started {workflow_id} ({spec.resolved_policy()} policy) on {address}", file=out, flush=True)
+            if args.detach:
+                print(workflow_id)
+                return 0
+            follow = asyncio.create_task(_follow(client, workflow_id, out))
+            try:
+                report = await handle.result()
+            finally:
+                follow.cancel()
+        finally:
+            if workers is not None:
+                await workers.shutdown()
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(worker_task, 30)
+    print(report.model_dump_json(indent=2) if args.json else _report_table(report))
+    return 0 if report.best is not None else 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+    try:
+        spec = spec_from_args(args)
+    except (ShapeError, KeyError, ValueError, OSError) as exc:
+        print(f"marathon run: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_run_async(args, spec))
+    except KeyboardInterrupt:
+        print("marathon run: interrupted", file=sys.stderr)
+        return 130
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    import worker
+    from workflows import names
+
+    state = _state_dir(args.state_dir)
+    server = worker.DevServer(port=args.port, ui_port=args.ui_port, db=state / "temporal.db", ip=args.ip,
+                              log=state / "temporal.log")
+    server.start()
+    try:
+        print(f"Temporal dev server on {server.address} (state in {state / 'temporal.db'})\n"
+              f"Web UI: http://{args.ip if args.ip != '0.0.0.0' else 'localhost'}:{args.ui_port}\n"
+              f"search attributes: {', '.join(names.SEARCH_ATTRIBUTES)}\n"
+              f"start a run:  temporal workflow start --address {server.address} --task-queue {names.TASK_QUEUE} "
+              f"--type {names.WORKFLOW_TYPE} --workflow-id my-run --input '{{\"problem\": \"mla_decode\"}}'", flush=True)
+        if args.no_worker:
+            server.proc.wait()
+            return 0
+        wargs = ["--address", server.address, "--artifacts", str(args.artifacts or state / "artifacts"),
+                 "--gpus", args.gpus]
+        try:
+            return worker.main(wargs)
+        except KeyboardInterrupt:
+            return 0
+    finally:
+        server.stop()
+
+
+TASK_QUEUE, GPU_TASK_QUEUE = "marathon", "marathon-gpu"  # workflows/names.py (not imported: eval stays light)
+
+
+def add_run_and_dev(sub) -> None:
+    run = sub.add_parser("run", help="start an optimization run and follow it to its report")
+    run.add_argument("--problem", required=True, choices=PROBLEM_NAMES)
+    run.add_argument("--kernel", default="starter", help="the starting kernel: a shipped kernel's name or a file")
+    run.add_argument("--policy", choices=("llm", "tuner"), default=None,
+                     help="default: llm when --model is given, otherwise tuner")
+    run.add_argument("--model", default=None, help="model name at the endpoint")
+    run.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint (vLLM, SGLang, Ollama, ...)")
+    run.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                     help="the NAME of the environment variable (in the workers) that holds the key")
+    run.add_argument("--hours", type=float, default=24.0)
+    run.add_argument("--max-tool-calls", type=int, default=1000)
+    run.add_argument("--target-speedup", type=float, default=None, help="stop once the best kernel reaches this")
+    run.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    run.add_argument("--shapes", default=None, choices=("smoke", "bench", "sweep"),
+                     help="default: smoke on the CPU, bench on CUDA")
+    run.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE,...")
+    run.add_argument("--timeout", type=float, default=600.0, help="wall-clock seconds for one candidate's process")
+    run.add_argument("--hint", action="append", default=[], help="a hint for the model (repeatable)")
+    run.add_argument("--compact-every", type=int, default=40, help="tool calls between compactions")
+    run.add_argument("--context-budget", type=int, default=48000, help="tokens a prompt may use")
+    run.add_argument("--address", default=None,
+                     help="a Temporal server whose workers run it (e.g. `marathon dev`); default: an embedded one")
+    run.add_argument("--namespace", default="default")
+    run.add_argument("--task-queue", default=TASK_QUEUE)
+    run.add_argument("--gpu-task-queue", default=GPU_TASK_QUEUE)
+    run.add_argument("--workflow-id", default=None)
+    run.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
+    run.add_argument("--artifacts", default=None, help="artifact store of the embedded worker (default: STATE/artifacts)")
+    run.add_argument("--detach", action="store_true", help="start it and print its workflow id (needs --address)")
+    run.add_argument("--json", action="store_true", help="print the final report as one JSON object")
+    run.set_defaults(func=cmd_run)
+
+    dev = sub.add_parser("dev", help="the Temporal dev server (SQLite state, Web UI) and the workers")
+    dev.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
+    dev.add_argument("--ip", default="127.0.0.1")
+    dev.add_argument("--port", type=int, default=7233)
+    dev.add_argument("--ui-port", type=int, default=8233)
+    dev.add_argument("--artifacts", default=None, help="default: STATE/artifacts")
+    dev.add_argument("--gpus", default="auto", help="auto: one evaluation worker per GPU; none; or a list like 0,1")
+    dev.add_argument("--no-worker", action="store_true", help="the server only")
+    dev.set_defaults(func=cmd_dev)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -92,3 +92,11 @@ def test_deterministic():
     b = drive(TUN, START, bowl)
     assert [t.key for t in a] == [t.key for t in b]
     assert all(dict(zip(TUN, v)) for v in itertools.product(*TUN.values()))
+
+
+def test_ranks_by_speedup_when_every_profile_has_one():
+    a = TunerTrial(key="a", config={"BLOCK_S": 8, "num_warps": 4}, status="ok", latency_us=10.0, speedup=1.0)
+    b = TunerTrial(key="b", config={"BLOCK_S": 16, "num_warps": 4}, status="ok", latency_us=12.0, speedup=1.5)
+    assert incumbent([a, b], START)[1] is b  # the baseline ran slower in b's measurement: speedup decides
+    c = TunerTrial(key="c", config={"BLOCK_S": 32, "num_warps": 4}, status="ok", latency_us=11.0)
+    assert incumbent([a, b, c], START)[1] is a  # not every profile has a speedup: latency decides

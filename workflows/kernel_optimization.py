@@ -465,7 +465,7 @@ class KernelOptimization:
             if not res.ok or res.source is None:
                 return res.text, False, st.current
             st.attempts.append(Attempt(n=n, origin=origin or ("write" if name == "write_kernel" else "edit"),
-                                       parent=st.current, sha256=res.source.sha256, lines=res.source.lines,
+                                       parent=0 if origin == "tuner" else st.current, sha256=res.source.sha256, lines=res.source.lines,
                                        config=res.config, tool_call=seq))
             st.current, st.current_source = n, res.source
             return res.text, True, n

@@ -1,6 +1,6 @@
 """The `tuner` policy: no model, pure and deterministic, so it runs inside the workflow.
 
-It explores the TUNABLES a kernel declares (kernels/tunables.py) by hill-climbing on measured latency:
+It explores the TUNABLES a kernel declares (kernels/tunables.py) by hill-climbing on what it measures (1/speedup against the strongest baseline, else latency):
   - the incumbent is the fastest configuration profiled OK so far (the starting CONFIG until then);
   - the next configuration is the untried one nearest the incumbent (steps along each knob's value
     list), so it walks outward from what measured best;
@@ -50,11 +50,26 @@ def _distance(tunables, a: dict[str, Any], b: dict[str, Any]) -> int:
     return d
 
 
+def _ok(trials: list[TunerTrial]) -> list[TunerTrial]:
+    return [t for t in trials if t.status == "ok" and (t.latency_us is not None or t.speedup is not None)]
+
+
+def cost(trials: list[TunerTrial]):
+    """What the tuner minimises, the workflow's own yardstick for the best kernel: 1/speedup against
+    the strongest baseline when every OK profile has one (baselines timed in the same run absorb drift
+    of the machine), else the latency."""
+    ok = _ok(trials)
+    if ok and all(t.speedup for t in ok):
+        return lambda t: 1.0 / t.speedup
+    return lambda t: t.latency_us if t.latency_us is not None else float("inf")
+
+
 def incumbent(trials: list[TunerTrial], start: dict[str, Any]) -> tuple[dict[str, Any], TunerTrial | None]:
-    ok = [t for t in trials if t.status == "ok" and t.latency_us is not None]
+    ok = _ok(trials)
     if not ok:
         return start, None
-    best = min(ok, key=lambda t: (t.latency_us, trials.index(t)))
+    c = cost(trials)
+    best = min(ok, key=lambda t: (c(t), trials.index(t)))
     return best.config, best
 
 
@@ -62,7 +77,8 @@ def _direction_evidence(tunables, trials: list[TunerTrial]) -> dict[tuple[str, i
     """For each (knob, direction): how often moving that knob that way, all else equal, measured faster
     (+1) or slower (-1), over every pair of OK profiles that differ in that knob alone (neighbours in
     its value list)."""
-    ok = [t for t in trials if t.status == "ok" and t.latency_us is not None]
+    ok = _ok(trials)
+    c = cost(trials)
     ev: dict[tuple[str, int], int] = {}
     for k in tunables:
         groups: dict[str, list[tuple[int, float]]] = {}
@@ -71,7 +87,7 @@ def _direction_evidence(tunables, trials: list[TunerTrial]) -> dict[tuple[str, i
             if i is None:
                 continue
             rest = config_key({x: v for x, v in t.config.items() if x != k})
-            groups.setdefault(rest, []).append((i, t.latency_us))
+            groups.setdefault(rest, []).append((i, c(t)))
         for pts in groups.values():
             pts.sort()
             for (i, a), (j, b) in zip(pts, pts[1:]):
@@ -127,8 +143,8 @@ def next_config(tunables: dict[str, list[Any]], trials: list[TunerTrial], start:
     inc, _ = incumbent(trials, start)
     if space_size(tunables) <= FULL_ENUMERATION_LIMIT:
         return _best_ranked(tunables, trials, inc, _everything(tunables, inc), tried)
-    centers = [inc] + [t.config for t in sorted((t for t in trials if t.status == "ok" and t.latency_us is not None),
-                                                key=lambda t: t.latency_us)[1:10]]
+    c = cost(trials)
+    centers = [inc] + [t.config for t in sorted(_ok(trials), key=c)[1:10]]
     for center in centers:
         found = _best_ranked(tunables, trials, inc, _neighbourhood(tunables, center), tried)
         if found is not None:
