@@ -83,10 +83,7 @@ class KernelOptimization:
             await self._start()
         self._upsert_search_attributes(force=True)
         while True:
-            if st.paused and not st.stop_requested:
-                self.step = "paused"
-                self._details()
-                await workflow.wait_condition(lambda: not self.state.paused or bool(self.state.stop_requested))
+            await self._wait_if_paused()
             reason = self._finished()
             if reason:
                 st.stop_reason = reason
@@ -107,6 +104,16 @@ class KernelOptimization:
         self._upsert_search_attributes(force=True)
         self._details()
         return self._report()
+
+    async def _wait_if_paused(self) -> None:
+        """A pause takes effect between tool calls: the one running finishes, the next waits for resume."""
+        st = self.state
+        if st.paused and not st.stop_requested:
+            before = self.step
+            self.step = "paused"
+            self._details()
+            await workflow.wait_condition(lambda: not self.state.paused or bool(self.state.stop_requested))
+            self.step = before
 
     async def _start(self) -> None:
         st, spec = self.state, self.spec
@@ -344,6 +351,7 @@ class KernelOptimization:
         thought = _short(msg.get("content") or "", 300)
         for call in calls:
             fn = call.get("function") or {}
+            await self._wait_if_paused()
             reason = self._finished()
             if reason:
                 text = f"not run: {reason}"
@@ -386,6 +394,7 @@ class KernelOptimization:
             trial.status = "write_failed"
             return
         trial.attempt = a.n
+        await self._wait_if_paused()
         await self._tool("profile_kernel", {}, call_id=f"tuner-{tried}-profile", thought=thought)
         e = a.evals[-1] if a.evals else None
         trial.status = e.status if e else "crashed"
@@ -604,7 +613,8 @@ class KernelOptimization:
 
     def _status(self) -> RunStatus:
         st = self.state
-        phase = ("finished" if self.step == "finished" else "paused" if st.paused
+        phase = ("finished" if self.step == "finished" else "paused" if st.paused and self.step == "paused"
+                 else "pausing" if st.paused
                  else "stopping" if st.stop_requested else "starting" if st.setup is None else "running")
         return RunStatus(problem=self.spec.problem, policy=st.policy, phase=phase, step=self.step,
                          tool_calls=st.tool_calls, tool_calls_budget=st.budget_tool_calls, turns=st.turns,

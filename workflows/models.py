@@ -249,7 +249,7 @@ class Extension(BaseModel):
 class RunStatus(BaseModel):
     problem: str
     policy: str
-    phase: str  # starting | running | paused | stopping | finished
+    phase: str  # starting | running | pausing | paused | stopping | finished
     step: str  # what it is doing now, in words
     tool_calls: int
     tool_calls_budget: int
