@@ -102,8 +102,16 @@ def spec_from_args(args: argparse.Namespace):
     policy = args.policy
     if policy == "llm" and not model.configured:
         raise ValueError("--policy llm needs --model (and --base-url for a non-OpenAI endpoint)")
+    memory = None
+    if args.memory_from:
+        from compaction.memory import Memory
+        from workflows.models import RunReport
+        report = RunReport.model_validate_json(Path(args.memory_from).read_text())
+        if report.memory is None:
+            raise ValueError(f"{args.memory_from} holds no memory")
+        memory = Memory.model_validate(report.memory.model_dump())
     return RunSpec(problem=args.problem, kernel=kernel if source is None else str(kernel), source=source,
-                   policy=policy, model=model,
+                   policy=policy, model=model, memory=memory,
                    budgets=Budgets(hours=args.hours, max_tool_calls=args.max_tool_calls,
                                    target_speedup=args.target_speedup),
                    eval=EvalSettings(device=args.device, shapes=args.shapes,
@@ -222,6 +230,8 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
     try:
+        if args.detach and args.address is None:
+            raise ValueError("--detach needs --address: an embedded server ends with this process")
         spec = spec_from_args(args)
     except (ShapeError, KeyError, ValueError, OSError) as exc:
         print(f"marathon run: {exc}", file=sys.stderr)
@@ -284,6 +294,8 @@ def add_run_and_dev(sub) -> None:
     run.add_argument("--hint", action="append", default=[], help="a hint for the model (repeatable)")
     run.add_argument("--compact-every", type=int, default=40, help="tool calls between compactions")
     run.add_argument("--context-budget", type=int, default=48000, help="tokens a prompt may use")
+    run.add_argument("--memory-from", default=None, metavar="REPORT.json",
+                     help="start from the memory of an earlier run's --json report (e.g. a tuner run's)")
     run.add_argument("--address", default=None,
                      help="a Temporal server whose workers run it (e.g. `marathon dev`); default: an embedded one")
     run.add_argument("--namespace", default="default")

@@ -4,6 +4,7 @@ name only (`workflows/names.py`)."""
 from __future__ import annotations
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities import evaluation, model, tools
 from activities.artifacts import ArtifactStore
@@ -18,7 +19,10 @@ class MarathonActivities:
     # ---- queue `marathon`: bookkeeping and the model
     @activity.defn(name="prepare_run")
     def prepare_run(self, inp: PrepareInput) -> RunSetup:
-        return tools.prepare(inp, self.store)
+        try:
+            return tools.prepare(inp, self.store)
+        except (KeyError, FileNotFoundError, ValueError) as exc:  # a bad run spec: retrying cannot help
+            raise ApplicationError(f"{type(exc).__name__}: {exc}", type="BadRunSpec", non_retryable=True) from exc
 
     @activity.defn(name="write_kernel")
     def write_kernel(self, inp: WriteInput) -> ToolResult:
@@ -52,7 +56,10 @@ class MarathonActivities:
 
     # ---- queue `marathon-gpu`: the evaluator
     def _evaluate(self, inp: EvalInput) -> EvalResult:
-        return evaluation.run_eval(inp, self.store, heartbeat=activity.heartbeat)
+        try:
+            return evaluation.run_eval(inp, self.store, heartbeat=activity.heartbeat)
+        except (KeyError, ValueError) as exc:  # bad evaluation settings (a shape the problem refuses, ...)
+            raise ApplicationError(f"{type(exc).__name__}: {exc}", type="BadEvalSettings", non_retryable=True) from exc
 
     @activity.defn(name="compile_kernel")
     def compile_kernel(self, inp: EvalInput) -> EvalResult:

@@ -135,7 +135,7 @@ def prepare(inp: PrepareInput, store: ArtifactStore) -> RunSetup:
     """Resolve what the workflow may not read itself: the statement, the starting source, the shapes."""
     spec = get_problem(inp.problem)
     if inp.source is not None:
-        label, source = "inline", inp.source
+        label, source = (inp.kernel if inp.kernel and inp.kernel != "starter" else "inline"), inp.source
     else:
         label, source = resolve_kernel(spec, inp.kernel)
     try:

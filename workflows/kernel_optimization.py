@@ -364,6 +364,8 @@ class KernelOptimization:
     async def _tuner_step(self) -> None:
         st = self.state
         setup = st.setup
+        if self.spec.compact_every and st.calls_since_compaction >= self.spec.compact_every:
+            await self._compact()  # the tuner's memory (deterministic): what it tried, what won
         if not setup.tunables or setup.config is None:
             st.stop_reason = "the starting kernel declares no TUNABLES/CONFIG: nothing to tune"
             return
