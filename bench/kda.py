@@ -54,12 +54,11 @@ TINY = [{"B": 1, "T": 100, "H": 2, "K": 32, "V": 32}, {"B": 2, "T": 65, "H": 1, 
 # compiled kernels (Triton specializes on divisibility) are the ones the timing loop uses
 WARM = {"B": 1, "T": 1024, "H": 16, "K": 128, "V": 128}
 
-PREP_GRID = {"PREP_WARPS": (4, 8), "PREP_BK": (32, 64), "SOLVE_PRECISION": ("tf32", "tf32x3")}
+PREP_GRID = {"PREP_WARPS": (4, 8), "PREP_BK": (64, 128), "PREP_BV": (64, 128)}
 # the scan for few batch*heads is tuned on the first headline shape (32 heads), the one for many on
 # the second (256)
 SCAN_GRID = {"SCAN_BV": (16, 32), "SCAN_WARPS": (4, 8), "SCAN_STAGES": (2, 3, 4)}
 SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_STAGES_MANY": (2, 3)}
-TF32X3_SLACK = 1.10  # the solve in tf32x3 (about fp32) is shipped unless plain tf32 is more than 10% faster
 
 
 def host_facts() -> dict:
@@ -262,9 +261,6 @@ def tune(out_dir: Path, device: str, deadline: float, workers: int = 8) -> dict:
     gp = good(prep_rows)
     if gp:
         fastest = min(gp, key=lambda r: r["us"])
-        x3 = [r for r in gp if r["config"]["SOLVE_PRECISION"] == "tf32x3"]
-        if x3 and min(r["us"] for r in x3) <= TF32X3_SLACK * fastest["us"]:
-            fastest = min(x3, key=lambda r: r["us"])
         best.update({k: fastest["config"][k] for k in PREP_GRID})
     for rows, grid_ in ((scan_rows, SCAN_GRID), (many_rows, SCAN_MANY_GRID)):
         if good(rows):

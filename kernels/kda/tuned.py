@@ -1,51 +1,49 @@
 """KDA forward, chunked: a chunk-parallel preparation kernel, then a sequential scan across chunks.
 
 The math is `kda_chunked_torch` in baselines.py. Per batch and head, tokens are cut into chunks of
-BT = 64; with G the within-chunk inclusive cumulative gate (G <= 0, decreasing down the chunk), S
-the state entering the chunk and `scale` folded into the query side:
+BT = 64; with G the within-chunk inclusive cumulative gate (G <= 0, decreasing down the chunk) and
+S0 the state entering the chunk:
 
-    A[i,j] = sum_c k_ic k_jc exp(G_ic - G_jc)   (j < i)      M[i,j] = scale * same with q_i   (j <= i)
-    L = I + diag(beta) A,   T = L^-1                            (unit lower triangular)
-    W = T diag(beta) (exp(G) * K),   U0 = T diag(beta) V         (the WY / UT form)
-    U = U0 - W S                        (the delta rule's corrected values)
-    O = scale (exp(G) * Q) S + M U  =  Q' S + O0,   Q' = scale exp(G) * Q - M W,   O0 = M U0
-    S <- exp(G_last) * S + (exp(G_last - G) * K)^T U
+    A[i,j] = sum_c k_ic k_jc exp(G_ic - G_jc)   (j < i)      M[i,j] = same with q_i   (j <= i)
+    L = I + diag(beta) A,   Tinv = L^-1                         (unit lower triangular)
+    W = Tinv diag(beta) (exp(G) * K),   U0 = Tinv diag(beta) V  (the WY / UT form)
+    U = U0 - W S0                       (the pseudo-values: delta-rule corrected values)
+    O = scale (exp(G) * Q) S0 + scale M U
+    S1 = exp(G_last) * S0 + (exp(G_last - G) * K)^T U
 
-Everything that does not involve S (A, M, T, W, U0, Q', O0 and the decayed keys) is independent
-across chunks: `_kda_prep` computes it with one program per (chunk, batch*head). What is left per
-chunk is three tensor-core products, which `_kda_scan` runs chunk after chunk with a K x BV slice of
-the state in fp32 registers, writing O as it goes (one program per (batch*head, block of V
-columns): value columns of the state evolve independently, so splitting V is exact).
+Everything that does not involve S0 (A, M, Tinv, W, U0, the gated Q and K) is independent across
+chunks: `_kda_prep` computes it with one program per (chunk, batch*head). What remains is a few
+tensor-core products per chunk, which `_kda_scan` runs chunk after chunk with the K x BV state
+slice in fp32 registers, writing O as it goes (one program per (batch*head, block of V columns):
+value columns of the state evolve independently, so splitting V is exact).
 
 Numerics: exp(G_i - G_j) cannot be split as exp(G_i) * exp(-G_j): over a chunk G falls as low as
-64 * (-5) = -320, and exp(320) overflows fp32. The preparation instead splits each pair (i, j) at a
-reference row r between them, exp(G_i - G_r) * exp(G_r - G_j), both factors <= 1, in three levels
-that together cover the lower triangle, each a full 64 x 64 tensor-core product:
-  1. rows 32..63 against rows 0..31, r = 32 (the chunk's middle);
-  2. rows 16..31 against 0..15 and rows 48..63 against 32..47, r = 16 and 48;
-  3. inside each 16-row sub-chunk, r = its middle row: there i and j may sit on the same side of r,
-     so a factor can exceed 1, but by at most exp(8 * max|g|) = e^40 for the problem's g >= -5
-     (finite for any g > -11); what such a product contributes above the diagonal is masked out.
-A factor that underflows to zero stands for a true value below ~1e-38.
+64 * (-5) = -320 and exp(320) overflows fp32. The preparation works on four 16-token sub-chunks and
+re-centres each at its middle row m: it forms E = exp(G - G_m) (|G - G_m| <= 8 * 5 = 40, so
+E <= e^40, far inside fp32 and bf16 range) and, for a pair of sub-chunks I > J, multiplies in the
+per-channel factor exp(Gm_I - Gm_J) <= 1. Every factor then stays finite for any per-token gate
+g >= -11; products that underflow to zero are ones whose true value is below ~1e-38 anyway.
+The problem's gates are >= -5.
 
 Dtypes: on the GPU the intermediates and tensor-core operands are bf16 with fp32 accumulation; the
-state, gates and exponentials are fp32, and the triangular solve runs on fp32 operands (tf32x3 on
-the tensor cores by default). For fp16/fp32 inputs (the CPU interpreter, where tl.dot on bf16 is not
-usable) everything runs in fp32."""
+state, gates and exponentials are fp32, and so are the inverses of the solve's 16 x 16 diagonal
+blocks (full fp32 products, no tf32); the block substitution around them takes bf16 operands. For
+fp16/fp32 inputs (the CPU interpreter, where tl.dot on bf16 is not usable) everything runs in fp32."""
 import torch
 import triton
 import triton.language as tl
 
 # knobs a tuner may turn (kernels/tunables.py); the launcher reads CONFIG.
-# CHUNK is 64 only: the preparation's reference rows (the three levels above) are written for it.
+# CHUNK is 64 only: the preparation kernel is written out for four 16-token sub-chunks.
+# CONFIG holds the fastest settings measured on an H200 (bench/results/kda_log_run1.txt).
 TUNABLES = {
     "CHUNK": (64,),
-    "PREP_BK": (32, 64, 128),  # channels per step of the preparation (fewer: fewer live registers)
-    "PREP_BV": (32, 64, 128),  # value columns per step of its U0 = T (beta V), O0 = M U0
+    "PREP_BK": (32, 64, 128),  # channels per step of the preparation (128: one step, fastest measured)
+    "PREP_BV": (32, 64, 128),  # value columns per step of its U0 = L^-1 (beta V)
     "PREP_WARPS": (4, 8),
-    "SOLVE_PRECISION": ("tf32", "tf32x3", "ieee"),  # of the 64 x 64 fp32 products of the solve
-    # the scan: V columns of the state per program, warps, and how many chunks ahead its loads run;
-    # one set for few batch*heads (V split finely, to spread over the SMs) and one for many
+    # the scan: V columns of the state per program, warps, and how many chunks ahead its loads run
+    # (1, no pipelining, faulted on the H200 with 4 warps: left out); one set for few batch*heads
+    # (V split finely, to spread over the SMs) and one for many
     "MANY_HEADS": (64, 128, 256),  # batch*heads from which the _MANY set applies
     "SCAN_BV": (16, 32, 64, 128),
     "SCAN_WARPS": (4, 8),
@@ -54,9 +52,11 @@ TUNABLES = {
     "SCAN_WARPS_MANY": (4, 8),
     "SCAN_STAGES_MANY": (2, 3, 4),
 }
-CONFIG = {"CHUNK": 64, "PREP_BK": 32, "PREP_BV": 128, "PREP_WARPS": 8, "SOLVE_PRECISION": "tf32",
+CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4,
           "MANY_HEADS": 128, "SCAN_BV": 16, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
-          "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 2}
+          "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3}
+
+SUB = 16  # sub-chunk: the re-centring window and the smallest tile tl.dot accepts
 
 
 @triton.jit
@@ -68,51 +68,91 @@ def _tile(ptr, base, row0, nrows, stride_r, cols, ncols, ROWS: tl.constexpr):
 
 
 @triton.jit
-def _put(ptr, base, stride_r, cols, tile, ROWS: tl.constexpr):
-    """Store a ROWS-row tile into a padded scratch buffer (every element written, no masks)."""
-    rows = tl.arange(0, ROWS)
+def _put(ptr, base, row0, stride_r, cols, tile, ROWS: tl.constexpr):
+    """Store a tile at rows row0 .. row0+ROWS of a padded scratch buffer (no masks needed)."""
+    rows = row0 + tl.arange(0, ROWS)
     tl.store(ptr + base + rows[:, None].to(tl.int64) * stride_r + cols[None, :], tile.to(ptr.dtype.element_ty))
 
 
 @triton.jit
-def _at(G, rows, r):
-    """Row r of a tile, as a vector over its columns."""
-    return tl.sum(tl.where(rows[:, None] == r, G, 0.0), axis=0)
+def _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, row0, T, stride_qt, offs_c, K, carry, glast, beta, scale,
+               w_ptr, qg_ptr, kd_ptr, s_base, s_row0, DT: tl.constexpr, BK: tl.constexpr, SUB: tl.constexpr):
+    """One 16-token sub-chunk, for the channels offs_c: its cumulative gates (carry = G just before
+    it), re-centred at its middle row m. Stores what the scan needs from it (the gated queries
+    scale*q*exp(G) and decayed keys k*exp(G_last - G)) and, into the W buffer as scratch,
+    B = beta*k*exp(G), the right-hand side of the solve. Returns the re-centred operands of the
+    intra-chunk products
+      kE = k exp(G - Gm),  qE = q exp(G - Gm),  X = k exp(Gm - G)     (in the dot dtype)
+    with Gm (the gate at the middle row) and the carry for the next sub-chunk."""
+    g = _tile(g_ptr, qk_base, row0, T, stride_qt, offs_c, K, SUB).to(tl.float32)  # 0 past T: G stays flat
+    G = tl.cumsum(g, axis=0) + carry[None, :]
+    r = tl.arange(0, SUB)
+    Gm = tl.sum(tl.where((r == SUB // 2)[:, None], G, 0.0), axis=0)
+    D = G - Gm[None, :]  # |D| <= 8 * max|g|
+    E = tl.exp(D)
+    k = _tile(k_ptr, qk_base, row0, T, stride_qt, offs_c, K, SUB).to(tl.float32)
+    q = _tile(q_ptr, qk_base, row0, T, stride_qt, offs_c, K, SUB).to(tl.float32)
+    kE = k * E
+    qE = q * E
+    X = k * tl.exp(-D)
+    eGm = tl.exp(Gm)  # <= 1: exp(G) = E * exp(Gm), without ever forming exp(-G)
+    _put(qg_ptr, s_base, s_row0, BK, offs_c, qE * (scale * eGm)[None, :], SUB)
+    _put(kd_ptr, s_base, s_row0, BK, offs_c, X * tl.exp(glast - Gm)[None, :], SUB)
+    _put(w_ptr, s_base, s_row0, BK, offs_c, kE * (beta[:, None] * eGm[None, :]), SUB)
+    return kE.to(DT), qE.to(DT), X.to(DT), Gm, carry + tl.sum(g, axis=0)
 
 
 @triton.jit
-def _by_block(rows, v0, v1, v2, v3):
-    """A tile whose rows in 16-row block b hold vector v_b."""
-    blk = rows[:, None] // 16
-    return tl.where(blk == 0, v0[None, :], tl.where(blk == 1, v1[None, :], tl.where(blk == 2, v2[None, :],
-                                                                                   v3[None, :])))
+def _diag(kE, qE, X, a, m):
+    """Accumulate A and M inside one sub-chunk: both sides share its middle row as reference.
+    The upper triangle (dropped later) can be huge but stays finite for gates >= -5.5."""
+    xt = tl.trans(X)
+    return tl.dot(kE, xt, acc=a), tl.dot(qE, xt, acc=m)
 
 
 @triton.jit
-def _level(k, q, G, R, lhs, A, M, mask, DT: tl.constexpr):
-    """One level of the intra-chunk products: rows with lhs set pair with rows without it, through
-    the reference gates R (a tile), exp(G_i - R_i) * exp(R_j - G_j), both exponents <= 0 (G falls
-    down the chunk). Adds the products to A and M where `mask` keeps them."""
-    P = tl.exp(tl.where(lhs, G - R, R - G))
-    kP = k * P
-    rk = tl.trans(tl.where(lhs, 0.0, kP).to(DT))
-    a = tl.dot(tl.where(lhs, kP, 0.0).to(DT), rk)
-    m = tl.dot(tl.where(lhs, q * P, 0.0).to(DT), rk)
-    return A + tl.where(mask, a, 0.0), M + tl.where(mask, m, 0.0)
+def _pair(kE_i, qE_i, X_j, Gm_i, Gm_j, a, m):
+    """Accumulate A and M between a later sub-chunk I (rows) and an earlier one J (columns):
+    exp(G_i - G_j) = exp(G_i - Gm_I) * exp(Gm_I - Gm_J) * exp(Gm_J - G_j), the middle factor <= 1."""
+    xt = tl.trans((X_j.to(tl.float32) * tl.exp(Gm_i - Gm_j)[None, :]).to(X_j.dtype))
+    return tl.dot(kE_i, xt, acc=a), tl.dot(qE_i, xt, acc=m)
 
 
 @triton.jit
-def _mm(a, b, PREC: tl.constexpr):
-    return tl.dot(a, b, input_precision=PREC)
+def _inv_unit_lower(N, SUB: tl.constexpr):
+    """(I + N)^-1 for a strictly lower 16 x 16 N, in full fp32 (no tf32). N is nilpotent (N^16 = 0),
+    so the Neumann series sum_p (-N)^p is exact and factors as (I - N)(I + N^2)(I + N^4)(I + N^8):
+    six small products instead of a 15-step row-by-row substitution."""
+    r = tl.arange(0, SUB)
+    eye = (r[:, None] == r[None, :]).to(tl.float32)
+    n2 = tl.dot(N, N, input_precision="ieee")
+    n4 = tl.dot(n2, n2, input_precision="ieee")
+    n8 = tl.dot(n4, n4, input_precision="ieee")
+    t = tl.dot(eye - N, eye + n2, input_precision="ieee")
+    t = tl.dot(t, eye + n4, input_precision="ieee")
+    return tl.dot(t, eye + n8, input_precision="ieee")
+
+
+@triton.jit
+def _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3):
+    """Block forward substitution for L X = R, given the inverses t_II of L's diagonal blocks and
+    its negated off-diagonal blocks n_IJ = -L_IJ:  X_I = t_II (R_I + sum_{J<I} n_IJ X_J).
+    Operands in the dot dtype, accumulation in fp32."""
+    dt = r0.dtype
+    x0 = tl.dot(t00, r0).to(dt)
+    x1 = tl.dot(t11, tl.dot(n10, x0, acc=r1.to(tl.float32)).to(dt)).to(dt)
+    x2 = tl.dot(t22, tl.dot(n21, x1, acc=tl.dot(n20, x0, acc=r2.to(tl.float32))).to(dt)).to(dt)
+    x3 = tl.dot(t33, tl.dot(n32, x2, acc=tl.dot(n31, x1, acc=tl.dot(n30, x0, acc=r3.to(tl.float32)))).to(dt)).to(dt)
+    return x0, x1, x2, x3
 
 
 @triton.jit
 def _kda_prep(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr,
-    w_ptr, u_ptr, qp_ptr, kd_ptr, o0_ptr, gl_ptr,
+    w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr,
     T, H, K, V, NT, scale,
-    BT: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr, PREP_BK: tl.constexpr, PREP_BV: tl.constexpr,
-    PREC: tl.constexpr,
+    BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
+    PREP_BK: tl.constexpr, PREP_BV: tl.constexpr,
 ):
     n = tl.program_id(0)  # chunk
     bh = tl.program_id(1)
@@ -122,99 +162,125 @@ def _kda_prep(
     t0 = n * BT
     stride_qt = H * K
     stride_vt = H * V
-    qk_base = (b.to(tl.int64) * T * H + h) * K + t0.to(tl.int64) * stride_qt
-    v_base = (b.to(tl.int64) * T * H + h) * V + t0.to(tl.int64) * stride_vt
+    qk_base = (b.to(tl.int64) * T * H + h) * K
+    v_base = (b.to(tl.int64) * T * H + h) * V
     TP = NT * BT
-    s_base = (bh.to(tl.int64) * TP + t0) * BK  # this chunk in the [BH, TP, BK] buffers
-    u_base = (bh.to(tl.int64) * TP + t0) * BVP  # and in the [BH, TP, BVP] ones
+    s_base = bh.to(tl.int64) * TP * BK + t0 * BK  # this chunk in the [BH, TP, BK] scratch buffers
+    m_base = bh.to(tl.int64) * TP * BT + t0 * BT
     gl_base = (bh.to(tl.int64) * NT + n) * BK
-    nrows = T - t0  # valid rows of this chunk
-    rows = tl.arange(0, BT)
-    beta = tl.load(beta_ptr + b.to(tl.int64) * T * H + h + (t0 + rows).to(tl.int64) * H,
-                   mask=rows < nrows, other=0.0).to(tl.float32)
+    cs = tl.arange(0, SUB)
+    # the four sub-chunks' betas, as separate 16-vectors
+    bb = beta_ptr + b.to(tl.int64) * T * H + h
+    r16 = t0 + cs
+    b0 = tl.load(bb + r16.to(tl.int64) * H, mask=r16 < T, other=0.0).to(tl.float32)
+    b1 = tl.load(bb + (r16 + SUB).to(tl.int64) * H, mask=r16 + SUB < T, other=0.0).to(tl.float32)
+    b2 = tl.load(bb + (r16 + 2 * SUB).to(tl.int64) * H, mask=r16 + 2 * SUB < T, other=0.0).to(tl.float32)
+    b3 = tl.load(bb + (r16 + 3 * SUB).to(tl.int64) * H, mask=r16 + 3 * SUB < T, other=0.0).to(tl.float32)
 
-    # --- phase 1, PREP_BK channels at a time (gates are per channel, so channels are independent up
-    #     to the sums over them): the gates, the three levels of A and M, and the per-row outputs ---
-    up = (rows >= 32)[:, None]  # level 1: rows 32..63 against rows 0..31
-    hi = (rows % 32 >= 16)[:, None]  # level 2: rows 16..31 against 0..15, 48..63 against 32..47
-    same_half = (rows[:, None] // 32) == (rows[None, :] // 32)
-    same_block = (rows[:, None] // 16) == (rows[None, :] // 16)
-    A = tl.zeros([BT, BT], dtype=tl.float32)
-    M = tl.zeros([BT, BT], dtype=tl.float32)
+    # --- intra-chunk products A and M by 16 x 16 blocks (I = row block, J = column block), summed
+    #     over blocks of PREP_BK channels: gates are per channel, so channels are independent until
+    #     the sums, and a narrow channel block keeps few registers live ---
+    z = tl.zeros([SUB, SUB], dtype=tl.float32)
+    a00, a10, a11, a20, a21, a22, a30, a31, a32, a33 = z, z, z, z, z, z, z, z, z, z
+    m00, m10, m11, m20, m21, m22, m30, m31, m32, m33 = z, z, z, z, z, z, z, z, z, z
     for c0 in range(0, BK, PREP_BK):
-        cols = c0 + tl.arange(0, PREP_BK)
-        g = _tile(g_ptr, qk_base, 0, nrows, stride_qt, cols, K, BT).to(tl.float32)  # 0 past T: G stays flat
-        k = _tile(k_ptr, qk_base, 0, nrows, stride_qt, cols, K, BT).to(tl.float32)
-        q = _tile(q_ptr, qk_base, 0, nrows, stride_qt, cols, K, BT).to(tl.float32)
-        G = tl.cumsum(g, axis=0)
-        glast = tl.sum(g, axis=0)
-        tl.store(gl_ptr + gl_base + cols, tl.exp(glast))
-        g8, g24, g40, g56 = _at(G, rows, 8), _at(G, rows, 24), _at(G, rows, 40), _at(G, rows, 56)
-        g16, g32, g48 = _at(G, rows, 16), _at(G, rows, 32), _at(G, rows, 48)
-        A, M = _level(k, q, G, g32[None, :], up, A, M, up & (rows[None, :] < 32), DT)
-        A, M = _level(k, q, G, tl.where(up, g48[None, :], g16[None, :]), hi, A, M, same_half, DT)
-        # level 3: every row on both sides, re-centred at its sub-chunk's middle row
-        Gm = _by_block(rows, g8, g24, g40, g56)
-        E = tl.exp(G - Gm)  # <= e^(8 max|g|)
-        kE = k * E
-        X = k * tl.exp(Gm - G)
-        xt = tl.trans(X.to(DT))
-        a = tl.dot(kE.to(DT), xt)
-        m = tl.dot((q * E).to(DT), xt)
-        A += tl.where(same_block & (rows[:, None] > rows[None, :]), a, 0.0)
-        M += tl.where(same_block & (rows[:, None] >= rows[None, :]), m, 0.0)
-        # per-row outputs, with exp(G) = E exp(Gm) and exp(G_last - G) = X/k exp(G_last - Gm): only
-        # vectors are exponentiated again. The gated queries and beta exp(G) K wait in the Q' and
-        # W buffers for the solve.
-        eGm = _by_block(rows, tl.exp(g8), tl.exp(g24), tl.exp(g40), tl.exp(g56))
-        eLm = _by_block(rows, tl.exp(glast - g8), tl.exp(glast - g24), tl.exp(glast - g40), tl.exp(glast - g56))
-        _put(kd_ptr, s_base, BK, cols, X * eLm, BT)
-        _put(qp_ptr, s_base, BK, cols, q * E * eGm * scale, BT)
-        _put(w_ptr, s_base, BK, cols, kE * eGm * beta[:, None], BT)
+        offs_c = c0 + tl.arange(0, PREP_BK)
+        # the chunk's total gate, needed by the decayed keys before the sub-chunks reach the end
+        glast = tl.sum(_tile(g_ptr, qk_base, t0, T, stride_qt, offs_c, K, BT).to(tl.float32), axis=0)
+        tl.store(gl_ptr + gl_base + offs_c, tl.exp(glast))
+        carry = tl.zeros([PREP_BK], dtype=tl.float32)
+        kE0, qE0, X0, Gm0, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, offs_c, K, carry,
+                                              glast, b0, scale, w_ptr, qg_ptr, kd_ptr, s_base, 0, DT, BK, SUB)
+        a00, m00 = _diag(kE0, qE0, X0, a00, m00)
+        kE1, qE1, X1, Gm1, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + SUB, T, stride_qt, offs_c, K,
+                                              carry, glast, b1, scale, w_ptr, qg_ptr, kd_ptr, s_base, SUB, DT, BK,
+                                              SUB)
+        a11, m11 = _diag(kE1, qE1, X1, a11, m11)
+        a10, m10 = _pair(kE1, qE1, X0, Gm1, Gm0, a10, m10)
+        kE2, qE2, X2, Gm2, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + 2 * SUB, T, stride_qt, offs_c, K,
+                                              carry, glast, b2, scale, w_ptr, qg_ptr, kd_ptr, s_base, 2 * SUB, DT,
+                                              BK, SUB)
+        a22, m22 = _diag(kE2, qE2, X2, a22, m22)
+        a20, m20 = _pair(kE2, qE2, X0, Gm2, Gm0, a20, m20)
+        a21, m21 = _pair(kE2, qE2, X1, Gm2, Gm1, a21, m21)
+        kE3, qE3, X3, Gm3, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + 3 * SUB, T, stride_qt, offs_c, K,
+                                              carry, glast, b3, scale, w_ptr, qg_ptr, kd_ptr, s_base, 3 * SUB, DT,
+                                              BK, SUB)
+        a33, m33 = _diag(kE3, qE3, X3, a33, m33)
+        a30, m30 = _pair(kE3, qE3, X0, Gm3, Gm0, a30, m30)
+        a31, m31 = _pair(kE3, qE3, X1, Gm3, Gm1, a31, m31)
+        a32, m32 = _pair(kE3, qE3, X2, Gm3, Gm2, a32, m32)
 
-    # --- phase 2: T = (I + N)^-1, N = diag(beta) A. With Nd its 16 x 16 diagonal blocks (Nd^16 = 0)
-    #     and No the rest: (I + Nd)^-1 = (I - Nd)(I + Nd^2)(I + Nd^4)(I + Nd^8) =: D, then with
-    #     P = D No (strictly block-lower, P^4 = 0): T = (I + P)^-1 D = (I - P)(I + P^2) D ---
-    M = tl.where(rows[:, None] >= rows[None, :], M, 0.0) * scale
-    N = A * beta[:, None]
-    eye = (rows[:, None] == rows[None, :]).to(tl.float32)
-    Nd = tl.where(same_block, N, 0.0)
-    n2 = _mm(Nd, Nd, PREC)  # in this order, few 64 x 64 tiles are live at a time
-    D = _mm(eye - Nd, eye + n2, PREC)
-    n4 = _mm(n2, n2, PREC)
-    D = _mm(D, eye + n4, PREC)
-    D = _mm(D, eye + _mm(n4, n4, PREC), PREC)
-    P = _mm(D, tl.where(same_block, 0.0, N), PREC)
-    Tm = _mm(_mm(eye - P, eye + _mm(P, P, PREC), PREC), D, PREC).to(DT)
-    Md = M.to(DT)
+    # --- M (scaled) out as a full BT x BT tile: causal inside the diagonal blocks, zeros above ---
+    lower = cs[:, None] >= cs[None, :]
+    _put(m_ptr, m_base, 0, BT, cs, tl.where(lower, m00, 0.0) * scale, SUB)
+    _put(m_ptr, m_base, 0, BT, SUB + cs, z, SUB)
+    _put(m_ptr, m_base, 0, BT, 2 * SUB + cs, z, SUB)
+    _put(m_ptr, m_base, 0, BT, 3 * SUB + cs, z, SUB)
+    _put(m_ptr, m_base, SUB, BT, cs, m10 * scale, SUB)
+    _put(m_ptr, m_base, SUB, BT, SUB + cs, tl.where(lower, m11, 0.0) * scale, SUB)
+    _put(m_ptr, m_base, SUB, BT, 2 * SUB + cs, z, SUB)
+    _put(m_ptr, m_base, SUB, BT, 3 * SUB + cs, z, SUB)
+    _put(m_ptr, m_base, 2 * SUB, BT, cs, m20 * scale, SUB)
+    _put(m_ptr, m_base, 2 * SUB, BT, SUB + cs, m21 * scale, SUB)
+    _put(m_ptr, m_base, 2 * SUB, BT, 2 * SUB + cs, tl.where(lower, m22, 0.0) * scale, SUB)
+    _put(m_ptr, m_base, 2 * SUB, BT, 3 * SUB + cs, z, SUB)
+    _put(m_ptr, m_base, 3 * SUB, BT, cs, m30 * scale, SUB)
+    _put(m_ptr, m_base, 3 * SUB, BT, SUB + cs, m31 * scale, SUB)
+    _put(m_ptr, m_base, 3 * SUB, BT, 2 * SUB + cs, m32 * scale, SUB)
+    _put(m_ptr, m_base, 3 * SUB, BT, 3 * SUB + cs, tl.where(lower, m33, 0.0) * scale, SUB)
 
-    # --- phase 3: W = T (beta exp(G) K) and Q' = scale exp(G) Q - M W over the parked tiles;
-    #     U0 = T (beta V) and O0 = M U0. Every thread must see the others' parked stores before
-    #     loading them, and all must have loaded a tile before it is overwritten ---
+    # --- L = I + diag(beta) A, by blocks: inverses of the four diagonal blocks (strictly lower
+    #     parts only), then block forward substitution for W = L^-1 B and U0 = L^-1 (beta V) ---
+    strict = cs[:, None] > cs[None, :]
+    t00 = _inv_unit_lower(tl.where(strict, a00, 0.0) * b0[:, None], SUB).to(DT)
+    t11 = _inv_unit_lower(tl.where(strict, a11, 0.0) * b1[:, None], SUB).to(DT)
+    t22 = _inv_unit_lower(tl.where(strict, a22, 0.0) * b2[:, None], SUB).to(DT)
+    t33 = _inv_unit_lower(tl.where(strict, a33, 0.0) * b3[:, None], SUB).to(DT)
+    n10 = (a10 * -b1[:, None]).to(DT)
+    n20 = (a20 * -b2[:, None]).to(DT)
+    n21 = (a21 * -b2[:, None]).to(DT)
+    n30 = (a30 * -b3[:, None]).to(DT)
+    n31 = (a31 * -b3[:, None]).to(DT)
+    n32 = (a32 * -b3[:, None]).to(DT)
+
+    # B = beta exp(G) K was parked in the W buffer: every thread must see the other threads' stores
+    # before loading it back, and all must have loaded a block before W overwrites it
     tl.debug_barrier()
     for c0 in range(0, BK, PREP_BK):
-        cols = c0 + tl.arange(0, PREP_BK)
-        bk = _tile(w_ptr, s_base, 0, BT, BK, cols, BK, BT)
-        qs = _tile(qp_ptr, s_base, 0, BT, BK, cols, BK, BT).to(tl.float32)
+        offs_c = c0 + tl.arange(0, PREP_BK)
+        r0 = _tile(w_ptr, s_base, 0, BT, BK, offs_c, BK, SUB)
+        r1 = _tile(w_ptr, s_base, SUB, BT, BK, offs_c, BK, SUB)
+        r2 = _tile(w_ptr, s_base, 2 * SUB, BT, BK, offs_c, BK, SUB)
+        r3 = _tile(w_ptr, s_base, 3 * SUB, BT, BK, offs_c, BK, SUB)
         tl.debug_barrier()
-        w = tl.dot(Tm, bk).to(DT)
-        _put(w_ptr, s_base, BK, cols, w, BT)
-        _put(qp_ptr, s_base, BK, cols, qs - tl.dot(Md, w), BT)
+        x0, x1, x2, x3 = _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3)
+        _put(w_ptr, s_base, 0, BK, offs_c, x0, SUB)
+        _put(w_ptr, s_base, SUB, BK, offs_c, x1, SUB)
+        _put(w_ptr, s_base, 2 * SUB, BK, offs_c, x2, SUB)
+        _put(w_ptr, s_base, 3 * SUB, BK, offs_c, x3, SUB)
+
+    u_base = bh.to(tl.int64) * TP * BVP + t0 * BVP
     for v0 in range(0, BVP, PREP_BV):
-        cols = v0 + tl.arange(0, PREP_BV)
-        bv = (_tile(v_ptr, v_base, 0, nrows, stride_vt, cols, V, BT).to(tl.float32) * beta[:, None]).to(DT)
-        u0 = tl.dot(Tm, bv).to(DT)
-        _put(u_ptr, u_base, BVP, cols, u0, BT)
-        _put(o0_ptr, u_base, BVP, cols, tl.dot(Md, u0), BT)
+        offs_v = v0 + tl.arange(0, PREP_BV)
+        r0 = (_tile(v_ptr, v_base, t0, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b0[:, None]).to(DT)
+        r1 = (_tile(v_ptr, v_base, t0 + SUB, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b1[:, None]).to(DT)
+        r2 = (_tile(v_ptr, v_base, t0 + 2 * SUB, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b2[:, None]).to(DT)
+        r3 = (_tile(v_ptr, v_base, t0 + 3 * SUB, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b3[:, None]).to(DT)
+        x0, x1, x2, x3 = _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3)
+        _put(u_ptr, u_base, 0, BVP, offs_v, x0, SUB)
+        _put(u_ptr, u_base, SUB, BVP, offs_v, x1, SUB)
+        _put(u_ptr, u_base, 2 * SUB, BVP, offs_v, x2, SUB)
+        _put(u_ptr, u_base, 3 * SUB, BVP, offs_v, x3, SUB)
 
 
 @triton.jit
 def _kda_scan(
-    w_ptr, u_ptr, qp_ptr, kd_ptr, o0_ptr, gl_ptr, o_ptr,
+    w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr,
     T, H, V, NT,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BVP: tl.constexpr,
 ):
-    """Chunk after chunk: U = U0 - W S;  O = Q' S + O0;  S = exp(G_last) * S + Kd^T U."""
+    """Chunk after chunk: U = U0 - W S;  O = Qg S + M U;  S = exp(G_last) * S + Kd^T U."""
     bh = tl.program_id(0)
     pid_v = tl.program_id(1)
     b = bh // H
@@ -226,23 +292,24 @@ def _kda_scan(
     TP = NT * BT
     k_base = bh.to(tl.int64) * TP * BK
     u_base = bh.to(tl.int64) * TP * BVP
+    m_base = bh.to(tl.int64) * TP * BT
     o_base = (b.to(tl.int64) * T * H + h) * V
     S = tl.zeros([BK, BV], dtype=tl.float32)
     for n in range(NT):
         r = n * BT + rows
         kk = k_base + r[:, None] * BK + offs_k[None, :]
-        uu = u_base + r[:, None] * BVP + offs_v[None, :]
         w = tl.load(w_ptr + kk)
-        qp = tl.load(qp_ptr + kk)
+        qg = tl.load(qg_ptr + kk)
         kd = tl.load(kd_ptr + kk)
-        u0 = tl.load(u_ptr + uu).to(tl.float32)
-        o0 = tl.load(o0_ptr + uu).to(tl.float32)
+        u0 = tl.load(u_ptr + u_base + r[:, None] * BVP + offs_v[None, :]).to(tl.float32)
+        m = tl.load(m_ptr + m_base + r[:, None] * BT + rows[None, :])
         gl = tl.load(gl_ptr + (bh.to(tl.int64) * NT + n) * BK + offs_k)
         s = S.to(DT)
         u = (u0 - tl.dot(w, s)).to(DT)
-        o = tl.dot(qp, s, acc=o0)
+        o = tl.dot(m, u, acc=tl.dot(qg, s))
+        omask = (r < T)[:, None] & (offs_v < V)[None, :]
         tl.store(o_ptr + o_base + r[:, None].to(tl.int64) * (H * V) + offs_v[None, :],
-                 o.to(o_ptr.dtype.element_ty), mask=(r < T)[:, None] & (offs_v < V)[None, :])
+                 o.to(o_ptr.dtype.element_ty), mask=omask)
         S = tl.dot(tl.trans(kd), u, acc=S * gl[:, None])
 
 
@@ -253,29 +320,29 @@ def kda(q, k, v, g, beta, scale):
     BT = CONFIG["CHUNK"]
     NT = triton.cdiv(T, BT)
     TP = NT * BT
-    BK = max(16, triton.next_power_of_2(K))
-    BVP = max(16, triton.next_power_of_2(V))
+    BK = max(SUB, triton.next_power_of_2(K))
+    BVP = max(SUB, triton.next_power_of_2(V))
     # bf16 tensor-core operands on the GPU; fp32 elsewhere (the interpreter cannot dot bf16)
     dt = torch.bfloat16 if v.dtype == torch.bfloat16 else torch.float32
     dev = q.device
     # per-chunk intermediates, padded to whole chunks and power-of-two widths: the preparation
     # writes every element (zeros past T), so the scan loads them without masks
     w = torch.empty((B * H, TP, BK), device=dev, dtype=dt)
-    qp = torch.empty((B * H, TP, BK), device=dev, dtype=dt)
+    qg = torch.empty((B * H, TP, BK), device=dev, dtype=dt)
     kd = torch.empty((B * H, TP, BK), device=dev, dtype=dt)
     u0 = torch.empty((B * H, TP, BVP), device=dev, dtype=dt)
-    o0 = torch.empty((B * H, TP, BVP), device=dev, dtype=dt)
+    m = torch.empty((B * H, TP, BT), device=dev, dtype=dt)
     gl = torch.empty((B * H, NT, BK), device=dev, dtype=torch.float32)
     o = torch.empty((B, T, H, V), device=dev, dtype=v.dtype)
     _kda_prep[(NT, B * H)](
-        q, k, v, g, beta, w, u0, qp, kd, o0, gl, T, H, K, V, NT, scale,
-        BT=BT, BK=BK, BVP=BVP, PREP_BK=min(BK, CONFIG["PREP_BK"]), PREP_BV=min(BVP, CONFIG["PREP_BV"]),
-        PREC=CONFIG["SOLVE_PRECISION"], num_warps=CONFIG["PREP_WARPS"],
+        q, k, v, g, beta, w, u0, qg, kd, m, gl, T, H, K, V, NT, scale,
+        BT=BT, SUB=SUB, BK=BK, BVP=BVP, PREP_BK=min(BK, CONFIG["PREP_BK"]), PREP_BV=min(BVP, CONFIG["PREP_BV"]),
+        num_warps=CONFIG["PREP_WARPS"],
     )
     many = "_MANY" if B * H >= CONFIG["MANY_HEADS"] else ""
     BV = min(BVP, CONFIG["SCAN_BV" + many])
     _kda_scan[(B * H, BVP // BV)](
-        w, u0, qp, kd, o0, gl, o, T, H, V, NT,
+        w, u0, qg, kd, m, gl, o, T, H, V, NT,
         BT=BT, BK=BK, BV=BV, BVP=BVP, num_warps=CONFIG["SCAN_WARPS" + many],
         num_stages=CONFIG["SCAN_STAGES" + many],
     )
