@@ -74,6 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 # ------------------------------------------------------------------------------ run and dev
 # Temporal, the workers and the workflow are imported lazily: `marathon eval` needs none of them.
+def _project_on_path() -> None:
+    """worker.py sits beside this file: importable from the console script wherever it is run."""
+    from pathlib import Path
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
 def _state_dir(path: str | None):
     from pathlib import Path
     import os
@@ -154,11 +162,17 @@ async def _follow(client, workflow_id: str, out) -> None:
 
     seen: list[str] = []
     last_line = 0.0
+    started = time.monotonic()
+    warned = False
     handle = client.get_workflow_handle(workflow_id)  # the latest run: follows continue-as-new
     while True:
         try:
             st = await handle.query("status", result_type=RunStatus)
-        except Exception:  # between runs of a continue-as-new, or not started yet
+        except Exception:  # between runs of a continue-as-new, or no worker has picked it up yet
+            if not warned and time.monotonic() - started > 20:
+                print("  (no worker has answered yet: is `marathon dev` or `python worker.py` running for this "
+                      "server and task queue?)", file=out, flush=True)
+                warned = True
             await asyncio.sleep(1.0)
             continue
         new = st.notebook
@@ -229,6 +243,7 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
+    _project_on_path()
     try:
         if args.detach and args.address is None:
             raise ValueError("--detach needs --address: an embedded server ends with this process")
@@ -244,6 +259,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    _project_on_path()
     import worker
     from workflows import names
 
