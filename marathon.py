@@ -123,7 +123,8 @@ def spec_from_args(args: argparse.Namespace):
                    budgets=Budgets(hours=args.hours, max_tool_calls=args.max_tool_calls,
                                    target_speedup=args.target_speedup),
                    eval=EvalSettings(device=args.device, shapes=args.shapes,
-                                     shape_list=[parse_shape(s) for s in args.shape], timeout_s=args.timeout),
+                                     shape_list=[spec.shape(parse_shape(s)) for s in args.shape],
+                                     timeout_s=args.timeout),
                    hints=list(args.hint), compact_every=args.compact_every, context_budget=args.context_budget,
                    gpu_task_queue=args.gpu_task_queue)
 
@@ -200,6 +201,8 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
     import contextlib
     import uuid
 
+    from temporalio.client import WorkflowFailureError
+
     import worker
     from activities.artifacts import ArtifactStore
     from workflows import names
@@ -230,6 +233,9 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
             follow = asyncio.create_task(_follow(client, workflow_id, out))
             try:
                 report = await handle.result()
+            except WorkflowFailureError as exc:
+                print(f"marathon run: the run failed: {exc.cause or exc}", file=sys.stderr)
+                return 1
             finally:
                 follow.cancel()
         finally:

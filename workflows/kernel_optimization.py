@@ -485,9 +485,10 @@ class KernelOptimization:
             n = st.current
             verb = name.removesuffix("_kernel")
             best = f"; best {st.best.speedup:.3g}x @ {st.best.attempt}" if st.best and st.best.speedup else ""
-            res_e: EvalResult = await workflow.execute_activity(
+            settings = spec.eval if st.policy == "llm" else spec.eval.model_copy(update={"ncu": False})
+            res_e: EvalResult = await workflow.execute_activity(  # (the tuner reads no Nsight metrics)
                 name, EvalInput(tool=name, problem=setup.problem, attempt=n, source=st.current_source,
-                                settings=spec.eval, output_cap=cap),
+                                settings=settings, output_cap=cap),
                 result_type=EvalResult, **self._opts(f"{verb} attempt {n}{self._context(n)}{best}", gpu=True))
             d = res_e.digest.model_copy(update={"tool_call": seq})
             st.attempts[n].evals.append(d)
