@@ -4,6 +4,7 @@ The static policy (kernels.policy) is the first gate: a candidate cannot even na
 subprocess. These fences hold if someone finds a way past it:
 
 - `unshare_network()`: a network namespace of its own (root only): no interface but a down loopback.
+  For the calling thread and what it starts later; sockets that exist already keep working.
 - `restrict_filesystem(writable)`: Landlock (Linux >= 5.13): writes only beneath the scratch
   directory, the Triton cache and /dev; no TCP bind or connect (ABI >= 4); no signals to, or
   abstract sockets of, processes outside the sandbox (ABI >= 6). Works as root too.
@@ -82,17 +83,18 @@ def landlock_abi() -> int:
     return max(int(abi), 0)
 
 
-def restrict_filesystem(writable: list[str]) -> int:
+def restrict_filesystem(writable: list[str], scope_abstract_unix: bool = True) -> int:
     """Landlock: writes only beneath `writable`; no TCP; no signals out. Returns the ABI used, 0 if
     Landlock is not available (the caller reports that). Applies to the calling thread and the
-    threads and processes it creates afterwards: call it before other threads exist."""
+    threads and processes it creates afterwards (threads that exist already, such as CUDA's and
+    torch's pools, run no Python code of the candidate's)."""
     abi = landlock_abi()
     if abi < 1:
         return 0
     base = _ARCH[platform.machine()][7]
     fs = _FS_WRITE | _FS_TREE | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
     net = (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0
-    scoped = (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0
+    scoped = ((_SCOPE_ABSTRACT_UNIX if scope_abstract_unix else 0) | _SCOPE_SIGNAL) if abi >= 6 else 0
     if abi >= 6:
         attr = struct.pack("QQQ", fs, net, scoped)
     elif abi >= 4:

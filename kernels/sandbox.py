@@ -179,7 +179,7 @@ def _digest(value, depth: int = 0) -> str:
     if isinstance(value, (KernelInterface, JITFunction, types.ModuleType)):
         return type(value).__name__  # Triton's own caches change as it compiles; not the candidate's
     if isinstance(value, torch.Tensor):
-        return f"T({value.data_ptr()},{tuple(value.shape)},{value.dtype},{value._version})"
+        return f"T({value.data_ptr()},{tuple(value.shape)},{value.dtype})"  # a reused workspace is no change
     if isinstance(value, (int, float, complex, str, bytes, bool, type(None))):
         return repr(value)[:200]
     if isinstance(value, dict):
@@ -471,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", required=True)
     ap.add_argument("--reply-fd", type=int, required=True)
     ap.add_argument("--seccomp", type=int, default=1)
+    ap.add_argument("--landlock", type=int, default=1)
+    ap.add_argument("--netns", type=int, default=1)
+    ap.add_argument("--writable", default="")
     ap.add_argument("--gpu-memory-fraction", type=float, default=0.0)
     args = ap.parse_args(argv)
     channel = os.fdopen(args.reply_fd, "w", buffering=1)
@@ -494,9 +497,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.gpu_memory_fraction > 0:  # a GPU memory bomb ends here, leaving the judge its share
             torch.cuda.set_per_process_memory_fraction(args.gpu_memory_fraction)
             fences["gpu_memory_fraction"] = args.gpu_memory_fraction
-    # Last, before the candidate's code: no sockets but AF_UNIX, no fork (threads; on CUDA vfork+exec
-    # for Triton's ptxas and launcher builds), no io_uring. Triton's own first build is done by now.
+    # The fences go up now, with CUDA and Triton started (CUDA's initialisation failed under them on
+    # the H200 machines when they came first), and before any code of the candidate's: its own
+    # network namespace (root only), Landlock (writes only under its scratch dir and Triton's cache,
+    # no TCP; on the CPU also no abstract unix sockets out), and seccomp (no sockets but AF_UNIX, no
+    # fork: threads, and on CUDA vfork+exec for Triton's ptxas and launcher builds; no io_uring).
+    if args.netns:
+        fences["netns"] = os.geteuid() == 0 and isolation.unshare_network()
+    if args.landlock:
+        abi = isolation.restrict_filesystem([p for p in args.writable.split(os.pathsep) if p],
+                                            scope_abstract_unix=args.device != "cuda")
+        fences["landlock"] = abi > 0
     fences["seccomp"] = bool(args.seccomp) and isolation.install_seccomp(allow_exec_children=args.device == "cuda")
+    reply({"kind": "fenced", "fences": fences})
     modules_before = set(sys.modules)
     base_threads = {t.name for t in threading.enumerate() if t is not threading.main_thread()}
     t0 = time.perf_counter()

@@ -379,3 +379,17 @@ def test_policy_routes_around_the_allowlist():
         assert any(needle in f for f in found), (body, found)
     honest = head + "class Box:\n    def __init__(self):\n        self.x = 1\n\ndef kda(*a):\n    return Box()\n"
     assert check_source(honest, "kda") == []
+
+
+def test_fence_self_test_switches_off_a_fence_that_breaks_honest_work(monkeypatch):
+    """On a new GPU machine the judge first runs the shipped starter inside the fences; a fence that
+    breaks it is switched off for that machine (and said so in the verdicts), the others stay."""
+    import kernels.judge as judge_module
+
+    def fake_run(cmd, env, cwd, timeout, capture_output):
+        status = "ok" if env.get("MARATHON_SANDBOX_SECCOMP") == "0" else "compile_error"
+        Path(cmd[-1]).write_text(json.dumps({"status": status, "reason": "ptxas: Operation not permitted"}))
+
+    monkeypatch.setattr(judge_module.subprocess, "run", fake_run)
+    choice = judge_module._probe_fences("cuda")
+    assert choice["off"] == ["seccomp"] and "Operation not permitted" in choice["note"], choice
