@@ -5,12 +5,13 @@
 1. A quick honest control first. If the sandbox's fences (seccomp, Landlock, network namespace)
    break honest work on this machine, they are switched off one at a time until the control passes,
    and the verdicts say which fences ran (`sandbox`); the JSON records the fallback.
-2. GPU-only hostile candidates (side stream at run time, CUDA illegal address, an endless kernel,
+2. The tuned (honest, fast) kernels at the bench shapes with timing, one at a time: status ok, no
+   flags beyond the informational ones, latency, roofline: no false rejections on the GPU.
+3. GPU-only hostile candidates (side stream at run time, CUDA illegal address, an endless kernel,
    timing-based replay, bf16 precision downcast, and the CPU ones that touch the GPU path), several
    judges at a time.
-3. The GPU memory bomb alone, then an honest evaluation right after it: the next evaluation works.
-4. Honest controls with timing, one at a time: the starters and the tuned kernels at the bench
-   shapes (and a baseline run for the tuned MLA kernel): status ok, flags, latency, roofline.
+4. The GPU memory bomb alone, then an honest evaluation right after it: the next evaluation works.
+5. The starters at the bench shapes with timing, if time is left.
 
 Every verdict is written to the JSON as soon as it exists, so a run cut short still reports what it
 did; items that would start after the time budget are listed as skipped."""
@@ -177,26 +178,32 @@ def main() -> int:
         report["fence_fallback"].append({"disabled": dict(fence_env), "because": result.get("reason") or result.get("error")})
     report["fence_env"] = fence_env
 
-    # 2. hostile candidates, several judges at a time
     def guarded(it):
         if left() < it["timeout"] * 0.25 + 30:
             report["skipped"].append(it["name"])
             return None
         return run_judge(it, fence_env)
 
+    # 2. the honest fast kernels first, one at a time: the fences and checks must not reject them
+    for it in chosen(HONEST[:2]):
+        result = guarded(it)
+        if result:
+            record(result)
+
+    # 3. hostile candidates, several judges at a time
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
         for result in pool.map(guarded, chosen(HOSTILE_ITEMS)):
             if result:
                 record(result)
 
-    # 3. the GPU memory bomb alone, then the next evaluation
+    # 4. the GPU memory bomb alone, then the next evaluation
     for it in chosen(BOMB):
         result = guarded(it)
         if result:
             record(result)
 
-    # 4. honest controls with timing, one at a time (timings are not disturbed by other judges)
-    for it in chosen(HONEST):
+    # 5. the starters with timing, one at a time (timings are not disturbed by other judges)
+    for it in chosen(HONEST[2:]):
         result = guarded(it)
         if result:
             record(result)
