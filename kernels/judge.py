@@ -730,7 +730,8 @@ class Judge:
                     self.verdict.flags.append(f"baseline {name} disagrees with the reference (rel_err {rel:.3g}); left out")
                     continue
                 with torch.no_grad():
-                    t = timing.time_fn(fn, input_sets, self.device, self.reps, self.warmup)
+                    t = timing.time_fn(fn, input_sets, self.device, self.reps, self.warmup,
+                                       **({"sync_reps": 5} if self.device == "cuda" else {}))
             except Exception as exc:  # a broken optional baseline is reported, never fatal
                 self.verdict.flags.append(f"baseline {name} failed: {type(exc).__name__}: {str(exc)[:200]}")
                 continue
@@ -753,7 +754,8 @@ def _timing(raw: dict) -> Timing:
     graph = raw.get("graph_times_us")
     return Timing(**{k: round(v, 3) if isinstance(v, float) else v for k, v in stats.items()},
                   graph_median_us=round(timing.summarize(graph)["median_us"], 3) if graph else None,
-                  graph_error=raw.get("graph_error"))
+                  graph_error=raw.get("graph_error"),
+                  sync_wall_us=round(statistics.median(raw["sync_wall_us"]), 3) if raw.get("sync_wall_us") else None)
 
 
 def _fmt(shape: dict[str, int]) -> str:

@@ -24,6 +24,9 @@ class Timing(BaseModel):
     calls: int
     graph_median_us: float | None = None  # the same call captured in a CUDA graph and replayed
     graph_error: str | None = None
+    # one call by the wall clock between two full device synchronisations: the host's launch cost
+    # included (the event times above hold the device's own work only)
+    sync_wall_us: float | None = None
 
 
 class ShapeResult(BaseModel):
