@@ -292,11 +292,62 @@ def cmd_dev(args: argparse.Namespace) -> int:
         server.stop()
 
 
+async def _schedule_async(args: argparse.Namespace, spec) -> int:
+    from temporalio.client import (Schedule, ScheduleActionStartWorkflow, ScheduleAlreadyRunningError,
+                                   ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec, ScheduleUpdate)
+
+    import worker
+    from workflows import names
+
+    client = await worker.connect(args.address, args.namespace)
+    if args.schedule_command == "list":
+        async for entry in await client.list_schedules():
+            info = entry.info
+            nxt = info.next_action_times[0].isoformat() if info and info.next_action_times else "-"
+            print(f"{entry.id}  next run {nxt}")
+        return 0
+    if args.schedule_command == "delete":
+        await client.get_schedule_handle(args.id).delete()
+        print(f"deleted schedule {args.id}")
+        return 0
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow(names.WORKFLOW_TYPE, spec, id=args.id, task_queue=args.task_queue),
+        spec=ScheduleSpec(cron_expressions=[args.cron]),
+        # a night's run that is still going when the next one is due keeps the GPUs: skip, don't pile up
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
+    try:
+        await client.create_schedule(args.id, schedule)
+        verb = "created"
+    except ScheduleAlreadyRunningError:
+        await client.get_schedule_handle(args.id).update(lambda _: ScheduleUpdate(schedule=schedule))
+        verb = "replaced"
+    print(f"{verb} schedule {args.id}: {spec.problem} ({spec.resolved_policy()}) at '{args.cron}' "
+          f"on {args.address}, task queue {args.task_queue}; watch its runs in the Web UI")
+    return 0
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    import asyncio
+    _project_on_path()
+    spec = None
+    if args.schedule_command == "create":
+        try:
+            spec = spec_from_args(args)
+        except (ShapeError, KeyError, ValueError, OSError) as exc:
+            print(f"marathon schedule: {exc}", file=sys.stderr)
+            return 2
+    try:
+        return asyncio.run(_schedule_async(args, spec))
+    except RuntimeError as exc:  # the server is unreachable, or refused the schedule
+        print(f"marathon schedule: {exc}", file=sys.stderr)
+        return 3
+
+
 TASK_QUEUE, GPU_TASK_QUEUE = "marathon", "marathon-gpu"  # workflows/names.py (not imported: eval stays light)
 
 
-def add_run_and_dev(sub) -> None:
-    run = sub.add_parser("run", help="start an optimization run and follow it to its report")
+def _add_spec_flags(run) -> None:
+    """The flags that describe a run (RunSpec): shared by `run` and `schedule create`."""
     run.add_argument("--problem", required=True, choices=PROBLEM_NAMES)
     run.add_argument("--kernel", default="starter", help="the starting kernel: a shipped kernel's name or a file")
     run.add_argument("--policy", choices=("llm", "tuner"), default=None,
@@ -318,11 +369,16 @@ def add_run_and_dev(sub) -> None:
     run.add_argument("--context-budget", type=int, default=48000, help="tokens a prompt may use")
     run.add_argument("--memory-from", default=None, metavar="REPORT.json",
                      help="start from the memory of an earlier run's --json report (e.g. a tuner run's)")
+    run.add_argument("--gpu-task-queue", default=GPU_TASK_QUEUE)
+
+
+def add_run_and_dev(sub) -> None:
+    run = sub.add_parser("run", help="start an optimization run and follow it to its report")
+    _add_spec_flags(run)
     run.add_argument("--address", default=None,
                      help="a Temporal server whose workers run it (e.g. `marathon dev`); default: an embedded one")
     run.add_argument("--namespace", default="default")
     run.add_argument("--task-queue", default=TASK_QUEUE)
-    run.add_argument("--gpu-task-queue", default=GPU_TASK_QUEUE)
     run.add_argument("--workflow-id", default=None)
     run.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
     run.add_argument("--artifacts", default=None, help="artifact store of the embedded worker (default: STATE/artifacts)")
@@ -339,6 +395,21 @@ def add_run_and_dev(sub) -> None:
     dev.add_argument("--gpus", default="auto", help="auto: one evaluation worker per GPU; none; or a list like 0,1")
     dev.add_argument("--no-worker", action="store_true", help="the server only")
     dev.set_defaults(func=cmd_dev)
+
+    sched = sub.add_parser("schedule", help="nightly (or any cron) runs as Temporal schedules")
+    ssub = sched.add_subparsers(dest="schedule_command", required=True)
+    create = ssub.add_parser("create", help="create or replace a schedule that starts a run")
+    create.add_argument("--id", required=True, help="the schedule id; each run's workflow id starts with it")
+    create.add_argument("--cron", default="0 22 * * *", help="when to start a run (default: 22:00 UTC daily)")
+    _add_spec_flags(create)
+    create.add_argument("--task-queue", default=TASK_QUEUE)
+    listing = ssub.add_parser("list", help="the schedules and their next run")
+    delete = ssub.add_parser("delete", help="delete a schedule (the runs it started go on)")
+    delete.add_argument("--id", required=True)
+    for p in (create, listing, delete):
+        p.add_argument("--address", default="localhost:7233")
+        p.add_argument("--namespace", default="default")
+    sched.set_defaults(func=cmd_schedule)
 
 
 def main(argv: list[str] | None = None) -> int:
