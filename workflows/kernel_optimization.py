@@ -280,11 +280,12 @@ class KernelOptimization:
                 retry_policy=RetryPolicy(maximum_attempts=3),
                 summary=f"compact {len(st.recent)} messages and {len(st.window)} evaluations (turn {st.turns})")
             st.memory = res.memory
+            st.window = []  # summarized; on failure they wait for the next compaction instead
             line = res.line()
         except ActivityError as err:  # a failed compaction never stops the run
             line = f"compaction failed ({_short(str(err.cause or err), 200)}); kept the last {KEEP_TURNS} turns"
+            st.window = st.window[-200:]  # bounded while compactions keep failing
         st.recent = tail_turns(st.recent, KEEP_TURNS, max_tokens=int(KEEP_FRACTION * spec.context_budget))
-        st.window = []
         st.calls_since_compaction = 0
         st.compactions += 1
         await self._notebook(line)
