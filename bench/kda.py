@@ -27,9 +27,7 @@ import itertools
 import json
 import math
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -39,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernels.evaluator import EvalRequest, evaluate, request_for  # noqa: E402
+from kernels.hostinfo import host_facts  # noqa: E402
 from kernels.problem import get_problem  # noqa: E402
 from kernels.tunables import read_tunables, with_config  # noqa: E402
 
@@ -59,20 +58,6 @@ PREP_GRID = {"PREP_WARPS": (4, 8), "PREP_BK": (64, 128), "PREP_BV": (64, 128)}
 # the second (256)
 SCAN_GRID = {"SCAN_BV": (16, 32), "SCAN_WARPS": (4, 8), "SCAN_STAGES": (2, 3, 4)}
 SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_STAGES_MANY": (2, 3)}
-
-
-def host_facts() -> dict:
-    import torch
-    import triton
-    driver = None
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=20).stdout.strip() or None
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None, "driver": driver,
-            "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-            "host": platform.node(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def base_config() -> dict:

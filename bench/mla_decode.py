@@ -36,7 +36,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -46,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernels.evaluator import EvalRequest, evaluate, request_for  # noqa: E402
+from kernels.hostinfo import host_facts  # noqa: E402
 from kernels.problem import get_problem  # noqa: E402
 from kernels.tunables import read_tunables, with_config  # noqa: E402
 
@@ -81,20 +81,6 @@ def stage1_config(base: dict, pre: str, variant: tuple, waves: float) -> dict:
     bh, bn, nw, ns = variant
     return {**base, pre + "BLOCK_H": bh, pre + "BLOCK_N": bn, pre + "num_warps": nw, pre + "num_stages": ns,
             pre + "SPLIT_WAVES": waves, "NUM_SPLITS": "auto"}
-
-
-def host_facts() -> dict:
-    import torch
-    import triton
-    driver = None
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=20).stdout.strip() or None
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None, "driver": driver,
-            "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-            "host": platform.node(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 # ---------------------------------------------------------------------------------------------- timing

@@ -6,7 +6,6 @@ writes. Trusted code only; the candidate runs in the sandbox (kernels.sandbox), 
 from __future__ import annotations
 
 import ast
-import ctypes
 import importlib
 import json
 import math
@@ -28,6 +27,7 @@ import torch
 import triton
 
 from kernels import isolation, timing
+from kernels.hostinfo import nvidia_driver
 from kernels.evaluator import PROJECT_ROOT, EvalRequest, EvaluatorError, source_sha256
 from kernels.policy import check_source, module_violation
 from kernels.problem import ProblemSpec, get_problem
@@ -336,14 +336,7 @@ def _describe_exit(code: int | None) -> str:
 def gpu_info() -> Gpu | None:
     if not torch.cuda.is_available():
         return None
-    driver = None
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-        driver = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return Gpu(name=torch.cuda.get_device_name(), driver=driver)
+    return Gpu(name=torch.cuda.get_device_name(), driver=nvidia_driver())
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, bool]:
