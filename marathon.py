@@ -13,19 +13,25 @@ def _table(v: Verdict) -> str:
     lines = [f"{v.problem} / {v.kernel} on {v.device}" + (f" ({v.gpu.name}, driver {v.gpu.driver})" if v.gpu else "")
              + f": {v.status.upper()}", f"  {v.reason}"]
     if v.shapes:
-        header = f"  {'shape':<34} {'ok':<3} {'rel_err':>9} {'us':>10} {'graph us':>10} {'roofline':>8}  speedups"
+        header = (f"  {'shape':<34} {'ok':<3} {'rel_err':>9} {'us':>10} {'graph us':>10} {'wall us':>10} "
+                  f"{'roofline':>8}  speedups")
         lines += ["", header]
         for r in v.shapes:
             shape = ",".join(f"{k}={x}" for k, x in r.shape.items())
             graph = r.timing.graph_median_us if r.timing and r.timing.graph_median_us else None
+            wall = r.timing.sync_wall_us if r.timing and r.timing.sync_wall_us else None
             sp = "  ".join(f"{k} {x:.2f}x ({r.baselines[k]:.1f} us)" for k, x in r.speedup.items())
             lines.append(f"  {shape:<34} {'yes' if r.correct else 'no':<3} "
                          f"{(f'{r.rel_err:.2e}' if r.rel_err is not None else '-'):>9} "
                          f"{(f'{r.latency_us:.2f}' if r.latency_us is not None else '-'):>10} "
                          f"{(f'{graph:.2f}' if graph else '-'):>10} "
+                         f"{(f'{wall:.1f}' if wall else '-'):>10} "
                          f"{(f'{r.roofline_pct:.1f}%' if r.roofline_pct is not None else '-'):>8}  {sp}")
     if not v.timing_meaningful and any(r.latency_us for r in v.shapes):
         lines.append("  (CPU / Triton interpreter: times are not meaningful)")
+    elif any(r.timing and r.timing.sync_wall_us for r in v.shapes):
+        lines.append("  (us: device time per call, L2 flushed; graph: as a CUDA graph; wall: one call between two "
+                     "device synchronisations, host launch cost included)")
     lines += [f"  flag: {f}" for f in v.flags]
     lines.append(f"  torch {v.versions.get('torch')}, triton {v.versions.get('triton')}, {v.elapsed_s:.1f} s")
     if v.status != "ok" and v.log_tail.strip():
