@@ -33,7 +33,9 @@ def _table(v: Verdict) -> str:
         lines.append("  (us: device time per call, L2 flushed; graph: as a CUDA graph; wall: one call between two "
                      "device synchronisations, host launch cost included)")
     lines += [f"  flag: {f}" for f in v.flags]
-    lines.append(f"  torch {v.versions.get('torch')}, triton {v.versions.get('triton')}, {v.elapsed_s:.1f} s")
+    spent = ", ".join(f"{k} {t:.1f}" for k, t in sorted(v.phases_s.items(), key=lambda kv: -kv[1]) if t >= 0.05)
+    lines.append(f"  torch {v.versions.get('torch')}, triton {v.versions.get('triton')}, {v.elapsed_s:.1f} s"
+                 + (f" ({spent})" if spent else ""))
     if v.status != "ok" and v.log_tail.strip():
         lines += ["", "  candidate output (tail):"] + ["    " + x for x in v.log_tail.strip().splitlines()[-20:]]
     return "\n".join(lines)

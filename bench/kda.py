@@ -43,7 +43,6 @@ from kernels.tunables import read_tunables, with_config  # noqa: E402
 
 PROBLEM = "kda"
 TUNED_PATH = ROOT / "kernels" / "kda" / "tuned.py"
-FLUSH_BYTES = 256 * 2**20
 HEADLINE = [{"B": 1, "T": 8192, "H": 32, "K": 128, "V": 128},
             {"B": 8, "T": 4096, "H": 32, "K": 128, "V": 128},
             {"B": 1, "T": 32768, "H": 32, "K": 128, "V": 128}]
@@ -84,9 +83,9 @@ class Timer:
     clock of the interpreter, not meaningful)."""
 
     def __init__(self, device: str, reps: int = 30) -> None:
-        import torch
+        from kernels.timing import L2Flush
         self.device, self.reps = device, reps
-        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device) if device == "cuda" else None
+        self.flush = L2Flush(device) if device == "cuda" else None
 
     def us(self, fn) -> float:
         import torch
@@ -106,7 +105,7 @@ class Timer:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         for i in range(self.reps):
-            self.flush.zero_()
+            self.flush()
             starts[i].record()
             graph.replay()
             ends[i].record()

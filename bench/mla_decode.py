@@ -56,7 +56,6 @@ EXTRA = {"B": 32, "H": 128, "S": 8192}
 SETS = {"bench": [BENCH], "extra": [EXTRA], "headline": [BENCH, EXTRA],
         "tiny": [{"B": 1, "H": 4, "S": 100}, {"B": 2, "H": 3, "S": 37}]}  # tiny: a dry run on the CPU
 TUNED_PATH = ROOT / "kernels" / "mla_decode" / "tuned.py"
-FLUSH_BYTES = 256 * 2**20
 
 # Stage-1 variants worth timing: (BLOCK_H, BLOCK_N, num_warps, num_stages). Pruned ahead of time by
 # compiling every combination for sm_90 on a CPU host (triton.compile + cuobjdump): BLOCK_H=64 with 4
@@ -95,17 +94,17 @@ class Timer:
     """GPU time of a call, the L2 flushed before each: as a CUDA graph (the device alone) or eager
     (events around the Python call: the host's launch cost shows when it outlasts the flush)."""
 
-    def __init__(self, device: str, reps: int = 30) -> None:
-        import torch
+    def __init__(self, device: str, reps: int = 30, flush: str = "read") -> None:
+        from kernels.timing import L2Flush
         self.device, self.reps = device, reps
-        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device) if device == "cuda" else None
+        self.flush = L2Flush(device, flush) if device == "cuda" else None
 
     def _events(self, launch) -> float:
         import torch
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         for i in range(self.reps):
-            self.flush.zero_()
+            self.flush()
             starts[i].record()
             launch()
             ends[i].record()
@@ -182,7 +181,7 @@ class _SkipMerge:
 
 
 def tune(out_dir: Path, workers: int = 8, deadline: float | None = None, device: str = "cuda",
-         limit: int | None = None, finalists: int = 2) -> dict:
+         limit: int | None = None, finalists: int = 2, flush: str = "read") -> dict:
     import multiprocessing as mp
 
     import torch
@@ -205,7 +204,7 @@ def tune(out_dir: Path, workers: int = 8, deadline: float | None = None, device:
 
     mod = _load_tuned()
     spec = get_problem(PROBLEM)
-    timer = Timer(device)
+    timer = Timer(device, flush=flush)
     data = {}
     for _, shape in regimes:
         inp = _inputs(shape, seed=1, device=device)
@@ -287,7 +286,7 @@ def tune(out_dir: Path, workers: int = 8, deadline: float | None = None, device:
             diag = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     else:
         final = None
-    result = {"shapes": shapes, "host": host_facts(), "phase1": phase1, "phase2": phase2,
+    result = {"shapes": shapes, "host": host_facts(), "flush": flush, "phase1": phase1, "phase2": phase2,
               "best": best, "best_row": final, "diagnosis": diag, "elapsed_s": round(time.time() - t0, 1)}
     (out_dir / "mla_decode_tune.json").write_text(json.dumps(result, indent=1))
     print("\nphase 1 leaders (graph us on the regime's shape):")
@@ -333,6 +332,54 @@ def diagnose(mod, cfg: dict, data: dict, shapes: list[dict], timer: Timer) -> di
             mod._mla_merge_kernel = merge
         out[f"{tag}_host_us"] = timer.host_us(lambda: mod.mla_decode(**inp))
     return {k: round(v, 2) for k, v in out.items()}
+
+
+def study(out_dir: Path, device: str = "cuda") -> dict:
+    """What the L2 flush itself costs a timed call: the same yardsticks and kernels timed after a
+    read flush (clean L2, what kernels/timing.py does) and after a write flush (dirty L2, what it did
+    before 2026-12-02 and what triton.testing.do_bench does). CUDA graphs, median of 30."""
+    import torch
+    import triton
+    import triton.language as tl
+    from kernels.mla_decode import baselines
+
+    @triton.jit
+    def _empty(x_ptr):
+        pass
+
+    mod = _load_tuned()
+    mod.CONFIG.clear()
+    mod.CONFIG.update(base_config())
+    x = torch.empty(16, device=device)
+    rows: dict[str, dict] = {}
+    for shape in (BENCH, EXTRA):
+        inp = _inputs(shape, seed=1, device=device)
+        kv = inp["kv"]
+        tag = f"{shape['B']}x{shape['H']}x{shape['S']}"
+        calls = {
+            "one_empty_launch": lambda: _empty[(1,)](x),
+            "two_empty_launches": lambda: (_empty[(1,)](x), _empty[(1,)](x)),
+            f"{tag}_kv_read (sum)": lambda: kv.sum(),
+            f"{tag}_kv_copy (clone)": lambda: kv.clone(),
+            f"{tag}_tuned": lambda: mod.mla_decode(**inp),
+        }
+        for name, fn in baselines.baselines(device).items():
+            calls[f"{tag}_{name}"] = (lambda fn=fn: fn(**inp))
+        for name, fn in calls.items():
+            if name in rows:
+                continue
+            rows[name] = {}
+            for mode in ("read", "write"):
+                try:
+                    rows[name][mode] = round(Timer(device, flush=mode).graph_us(fn), 2)
+                except Exception as exc:  # a yardstick that cannot be captured is reported, not fatal
+                    rows[name][mode] = f"{type(exc).__name__}: {str(exc)[:120]}"
+            print(f"  {name:<32} read flush {rows[name]['read']!s:>9} us   write flush {rows[name]['write']!s:>9} us",
+                  flush=True)
+        del inp, kv
+    result = {"host": host_facts(), "config": base_config(), "graph_us_by_flush": rows}
+    (out_dir / "mla_decode_flush_study.json").write_text(json.dumps(result, indent=1))
+    return result
 
 
 def _tune_line(row: dict) -> str:
@@ -412,7 +459,9 @@ def summarize(records: list[dict], tune_result: dict | None, out_dir: Path, show
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=("tune", "eval", "all"))
+    ap.add_argument("mode", choices=("tune", "eval", "all", "study"))
+    ap.add_argument("--flush", default="read", choices=("read", "write"),
+                    help="tune: the L2 flush before each timed replay (kernels/timing.py L2Flush)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--kernel", action="append", default=None, help="eval: starter and/or tuned (default both)")
     ap.add_argument("--set", action="append", default=None,
@@ -439,13 +488,17 @@ def main() -> int:
         os.environ["TRITON_INTERPRET"] = "1"
     os.environ.setdefault("MARATHON_TRITON_CACHE", os.environ.get("TRITON_CACHE_DIR", "/tmp/marathon-triton-cache"))
 
+    if args.mode == "study":
+        study(out_dir, args.device)
+        return 0
     tune_result = None
     config = json.loads(args.config) if args.config else None
     if args.best_from:
         config = json.loads(Path(args.best_from).read_text())["best"]
     if args.mode in ("tune", "all"):
         tune_deadline = start + 0.5 * args.budget_s if args.budget_s else None
-        tune_result = tune(out_dir, args.workers, tune_deadline, args.device, args.limit, args.finalists)
+        tune_result = tune(out_dir, args.workers, tune_deadline, args.device, args.limit, args.finalists,
+                           args.flush)
         if args.mode == "tune":
             return 0 if tune_result["best"] else 1
         config = tune_result["best"] or config

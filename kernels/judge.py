@@ -6,6 +6,7 @@ writes. Trusted code only; the candidate runs in the sandbox (kernels.sandbox), 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import json
 import math
@@ -446,7 +447,8 @@ class Judge:
                     raise Outcome("rejected", "the source breaks the candidate policy:\n" + "\n".join(map(str, violations)))
             shapes = self.shapes()
             probes = self.probe_shapes(shapes)
-            self_test = fence_self_test(self.device)
+            with self._phase("fence_self_test"):
+                self_test = fence_self_test(self.device)
             with tempfile.TemporaryDirectory(prefix="marathon-eval-") as tmp:
                 sandbox = Sandbox(self.req.source, self.spec.entry_point, self.device, Path(tmp), self.req.timeout_s,
                                   fsize=self._file_limit(shapes + probes), memory_cap=self._memory_cap())
@@ -475,8 +477,19 @@ class Judge:
         default = 12 * 2**30 if self.device == "cpu" else 48 * 2**30
         return int(os.environ.get("MARATHON_SANDBOX_MEMORY", str(default)))
 
+    @contextlib.contextmanager
+    def _phase(self, name: str):
+        """Adds the time spent inside to the verdict's phases_s[name]: where an evaluation's seconds go."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            phases = self.verdict.phases_s
+            phases[name] = round(phases.get(name, 0.0) + time.monotonic() - t0, 3)
+
     def _judge(self, sandbox: Sandbox, scratch: Path, shapes, probes) -> None:
-        ready = self._ready(sandbox)
+        with self._phase("sandbox_start"):
+            ready = self._ready(sandbox)
         missing = [k for k in ("seccomp", "landlock", "netns") if not self.verdict.sandbox.get(k)]
         if missing:
             self.verdict.sandbox["missing"] = ", ".join(missing)
@@ -493,24 +506,29 @@ class Judge:
             seeds = 1 if self.req.mode == "compile" else max(self.req.seeds, 1)
             for s in range(seeds):
                 seed = self.seed_base + s
-                inputs = self.reference.make_inputs(shape, seed, self.device, self.dtype)
+                with self._phase("inputs"):
+                    inputs = self.reference.make_inputs(shape, seed, self.device, self.dtype)
                 path = scratch / f"inputs_{index}_{s}.pt"
                 torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}, path)
                 out_path = sandbox.workdir / f"out_{index}_{s}.pt"
-                self._call(sandbox, path, out_path, out_shape, out_dtype, fill=FILL_A)
+                with self._phase("candidate_calls"):
+                    self._call(sandbox, path, out_path, out_shape, out_dtype, fill=FILL_A)
                 if self.req.mode == "compile":
                     result.note = "compiled and ran once; not checked"
                     return
                 out = torch.load(out_path, weights_only=True)
-                ref = self.reference.reference(**inputs)
+                with self._phase("reference"):
+                    ref = self.reference.reference(**inputs)
                 self._check(result, shape, f"seed {seed}", out, ref)
                 result.seeds = s + 1
                 if not noop_checked:
-                    self._noop_check(sandbox, path, sandbox.workdir / f"noop_{index}.pt", out, out_shape, out_dtype)
+                    with self._phase("candidate_calls"):
+                        self._noop_check(sandbox, path, sandbox.workdir / f"noop_{index}.pt", out, out_shape, out_dtype)
                     noop_checked = True
                 if s == 0:  # the same inputs again, fresh memory filled differently: same output?
                     again_path = sandbox.workdir / f"again_{index}.pt"
-                    self._call(sandbox, path, again_path, out_shape, out_dtype, fill=FILL_B)
+                    with self._phase("candidate_calls"):
+                        self._call(sandbox, path, again_path, out_shape, out_dtype, fill=FILL_B)
                     self._reproducible(shape, out, torch.load(again_path, weights_only=True), ref)
                 if not probe:
                     input_sets.append(inputs)
@@ -633,10 +651,11 @@ class Judge:
         slots = 2
         seed0 = 3 * secrets.randbelow(2**20) + 2**22  # never a correctness seed
         cuda = self.device == "cuda"
-        reply = sandbox.request({"op": "time", "problem": self.spec.name, "shape": shape,
-                                 "dtype": str(self.dtype).removeprefix("torch."), "seed_base": seed0,
-                                 "slots": slots, "reps": self.reps, "warmup": self.warmup,
-                                 "sync_reps": 5 if cuda else 0, "graph": cuda}, "timed")
+        with self._phase("timing"):
+            reply = sandbox.request({"op": "time", "problem": self.spec.name, "shape": shape,
+                                     "dtype": str(self.dtype).removeprefix("torch."), "seed_base": seed0,
+                                     "slots": slots, "reps": self.reps, "warmup": self.warmup,
+                                     "sync_reps": 5 if cuda else 0, "graph": cuda}, "timed")
         facts = reply["facts"]
         banned = [m for m in facts.get("new_modules", []) if module_violation(m)]
         if banned:
@@ -647,13 +666,15 @@ class Judge:
         if facts["idle_calls"]:
             raise Outcome("rejected", f"{len(facts['idle_calls'])} timed call(s) launched none of the candidate's "
                           "kernels: outputs replayed or cached instead of computed")
-        self._recheck(sandbox, shape, reply["phases"], seed0 + slots)
+        with self._phase("recheck_timed_calls"):
+            self._recheck(sandbox, shape, reply["phases"], seed0 + slots)
         result.timing = _timing(reply)
         result.latency_us = result.timing.median_us
         if cuda and reply.get("sync_wall_us"):
             self._wall_check(result, shape, statistics.median(reply["sync_wall_us"]))
         if self.req.baselines:
-            self._baselines(result, input_sets)
+            with self._phase("baselines"):
+                self._baselines(result, input_sets)
         for name, us in result.baselines.items():
             result.speedup[name] = round(us / result.latency_us, 4) if result.latency_us > 0 else math.inf
         self._speed_checks(result, shape)

@@ -15,6 +15,29 @@ import torch
 FLUSH_BYTES = 256 * 2**20  # over 4x the H200's 60 MB L2
 
 
+class L2Flush:
+    """Empties the L2 of everything a timed call could reuse. `read` (the default) streams a buffer
+    through the cache and leaves it full of clean lines, which later misses evict for free. `write`
+    (zeroing a buffer, as triton.testing.do_bench does) leaves it full of dirty lines: the timed
+    call then pays to write back up to 60 MB of the flush's data, a cost no real caller sees and
+    one that swamps a memory-bound kernel of a few microseconds. Kept for comparison (bench/)."""
+
+    MODES = ("read", "write")
+
+    def __init__(self, device, mode: str = "read", nbytes: int = FLUSH_BYTES) -> None:
+        if mode not in self.MODES:
+            raise ValueError(f"L2 flush mode {mode!r}: one of {self.MODES}")
+        self.mode = mode
+        # zeros: a read of garbage could meet a NaN pattern, harmless but noisy under a debugger
+        self.buf = torch.zeros(nbytes // 4, dtype=torch.float32, device=device)
+
+    def __call__(self) -> None:
+        if self.mode == "read":
+            self.buf.sum()  # reads every byte; the one-float result is all it writes
+        else:
+            self.buf.zero_()
+
+
 def _call_all(fn: Callable, inputs: dict):
     return fn(**inputs)
 
@@ -66,7 +89,7 @@ def time_cuda(fn: Callable, input_sets: list[dict], reps: int, warmup: int, grap
     call hides from its stream's events shows up there)."""
     hooks = _Hooks(input_sets, prepare, record, around)
     device = torch.device("cuda")
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
+    flush = L2Flush(device)
     i = 0
     phases: dict[str, list[int]] = {"warmup": [], "timed": [], "sync": [], "graph": []}
     host_us = 0.0
@@ -85,7 +108,7 @@ def time_cuda(fn: Callable, input_sets: list[dict], reps: int, warmup: int, grap
     wall0 = time.perf_counter()
     for r in range(reps):
         inputs = hooks.prepare(i)  # the refill is enqueued before the flush, so it leaves no trace in L2
-        flush.zero_()
+        flush()
         _hold(hold)
         starts[r].record()
         out = hooks.call(fn, i, inputs)
@@ -134,7 +157,7 @@ def _hold(cycles: int) -> None:
         torch.cuda._sleep(cycles)
 
 
-def _time_graph(fn: Callable, hooks: _Hooks, n_graphs: int, reps: int, flush: torch.Tensor, i0: int,
+def _time_graph(fn: Callable, hooks: _Hooks, n_graphs: int, reps: int, flush: L2Flush, i0: int,
                 indices: list[int], hold: int = 0) -> list[float]:
     """One graph per input slot; before each replay its slot is refilled with fresh values, and the
     replay's output is copied out after the clock stops."""
@@ -160,7 +183,7 @@ def _time_graph(fn: Callable, hooks: _Hooks, n_graphs: int, reps: int, flush: to
     for r in range(reps):
         slot = r % len(graphs)
         hooks.prepare(i, slot)
-        flush.zero_()
+        flush()
         _hold(hold)
         starts[r].record()
         graphs[slot].replay()

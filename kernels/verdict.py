@@ -66,6 +66,8 @@ class Verdict(BaseModel):
     sandbox: dict[str, bool | float | int | str] = Field(default_factory=dict)
     source_sha256: str = ""
     elapsed_s: float = 0.0
+    # where elapsed_s went (seconds): sandbox start, reference, candidate calls, timing, baselines...
+    phases_s: dict[str, float] = Field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
