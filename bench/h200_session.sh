@@ -3,9 +3,10 @@
 # Usage (device tool, carry .device-bundle): bash bench/h200_session.sh "$OUT" STEP [STEP ...]
 #   integrity  the whole GPU half of the hostile suite (honest controls first), then the KDA tuned
 #              kernel against FLA's chunk_kda at the three headline shapes, in one evaluation
-#   mla        where the L2 flush's cost goes, the MLA tuned kernel re-tuned, judged at both headline
-#              shapes, then a tuner run over the MLA starter's whole search space
-#   tuner-kda  a tuner run on KDA from the starter (its whole space, or as much as ~9 minutes allow)
+#   lowp       the MLA precision-downcast hostile item alone (with the control)
+#   mla        what the L2 flush costs a timed call (yardsticks, the tuned kernel, the baselines),
+#              then a tuner run over the MLA starter's search space (~5 minutes)
+#   tuner-kda  a tuner run on KDA from the tuned kernel (~8 minutes), FLA timed in every profile
 out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc
@@ -19,15 +20,15 @@ for step in "$@"; do
       timeout 320 python3 bench/hostile_gpu.py --budget 270 --out "$out/hostile_gpu.json"
       timeout 220 python3 bench/evaluate_kernels.py --problem kda --kernel tuned "${KDA_SHAPES[@]}" \
         --tag headline --out "$out" ;;
+    lowp)  # one hostile item again, after a fix to the item itself
+      timeout 150 python3 bench/hostile_gpu.py --only mla_lowp_accumulation --budget 120 --out "$out/hostile_gpu_lowp.json" ;;
     mla)
-      timeout 120 python3 bench/mla_decode.py study --out "$out"
-      timeout 150 python3 bench/mla_decode.py tune --out "$out"
-      timeout 90 python3 bench/mla_decode.py eval --kernel tuned --set headline --best-from "$out/mla_decode_tune.json" --out "$out"
-      timeout 200 python3 marathon.py run --problem mla_decode --kernel starter --policy tuner --device cuda \
-        --hours 0.05 --json > "$out/tuner_mla_decode_h200.json"; echo "tuner exit $?" ;;
+      timeout 150 python3 bench/mla_decode.py study --out "$out"
+      timeout 420 python3 marathon.py run --problem mla_decode --kernel starter --policy tuner --device cuda \
+        --hours 0.09 --json > "$out/tuner_mla_decode_h200.json"; echo "tuner exit $?" ;;
     tuner-kda)
-      timeout 560 python3 marathon.py run --problem kda --kernel starter --policy tuner --device cuda \
-        --hours 0.145 --json > "$out/tuner_kda_h200.json"; echo "tuner exit $?" ;;
+      timeout 540 python3 marathon.py run --problem kda --kernel tuned --policy tuner --device cuda \
+        --hours 0.13 --json > "$out/tuner_kda_h200.json"; echo "tuner exit $?" ;;
   esac
 done
 echo "=== done $(date -u +%H:%M:%S)"

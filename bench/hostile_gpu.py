@@ -120,6 +120,7 @@ def run_judge(it: dict, fence_env: dict) -> dict:
         "name": it["name"], "runtime_bypass": bool(it["env"].get("MARATHON_UNSAFE_SKIP_POLICY")),
         "expect": it["expect"], "expect_reason": it["reason"], "status": v.status, "pass": ok,
         "reason": v.reason[-1200:], "flags": v.flags, "sandbox": v.sandbox, "wall_s": round(time.monotonic() - t0, 1),
+        "phases_s": v.phases_s,
         "gpu": v.gpu.model_dump() if v.gpu else None, "versions": v.versions,
         "shapes": [{"shape": r.shape, "rel_err": r.rel_err, "latency_us": r.latency_us,
                     "graph_us": r.timing.graph_median_us if r.timing else None, "baselines": r.baselines,

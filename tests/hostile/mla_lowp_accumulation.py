@@ -31,7 +31,7 @@ def _mla(q_ptr, kv_ptr, o_ptr, S, H, scale, stride_qb, stride_qh, stride_kvb, st
         kv_rope = tl.load(rows + D_LATENT + offs_rope[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
         scores = (tl.sum(kv_lat * q_lat[None, :], axis=1) + tl.sum(kv_rope * q_rope[None, :], axis=1)) * scale
         scores = tl.where(valid, scores, float("-inf")).to(LOW)
-        m_new = tl.maximum(m_run, tl.max(scores, axis=0))
+        m_new = tl.maximum(m_run, tl.max(scores, axis=0)).to(LOW)  # bf16 max is computed in fp32 on GPUs
         alpha = tl.exp((m_run - m_new).to(tl.float32)).to(LOW)
         p = tl.exp((scores - m_new).to(tl.float32)).to(LOW)
         l_run = (l_run * alpha + tl.sum(p.to(tl.float32), axis=0)).to(LOW)
