@@ -158,14 +158,18 @@ def _label(ds: list[AttemptDigest]) -> tuple[str, str]:
 
 
 def _tuner_line(prev_line: str | None, configs: list[tuple[dict, float | None, int, str]]) -> str | None:
-    """'tuner: N configurations evaluated; fastest so far {cfg} at X us (attempt n)'."""
+    """'tuner: N configurations evaluated; lowest latency so far {cfg} at X us (attempt n)'. Latency,
+    not speedup: the line counts configurations; the memory's `best` (the workflow's, by speedup
+    against the strongest baseline) is the one that ranks kernels, and the two can differ by the
+    baselines' noise between evaluations."""
     if not configs and prev_line is None:
         return None
     count, win_lat, win_text = 0, None, ""
     if prev_line:
         m = re.match(r"tuner: (\d+) configurations evaluated", prev_line)
         count = int(m.group(1)) if m else 0
-        w = re.search(r"fastest so far (\{.*\}) at ([0-9.]+) us \(attempt (\d+)\)", prev_line)
+        # "fastest so far": the wording of memories written before 2026-12-02
+        w = re.search(r"(?:lowest latency|fastest) so far (\{.*\}) at ([0-9.]+) us \(attempt (\d+)\)", prev_line)
         if w:
             win_lat, win_text = float(w.group(2)), f"{w.group(1)} at {w.group(2)} us (attempt {w.group(3)})"
     for cfg, lat, attempt, _status in configs:
@@ -173,7 +177,7 @@ def _tuner_line(prev_line: str | None, configs: list[tuple[dict, float | None, i
         if lat is not None and (win_lat is None or lat < win_lat):
             win_lat, win_text = lat, f"{{{_fmt_config(cfg)}}} at {lat:.1f} us (attempt {attempt})"
     failed = sum(1 for *_, st in configs if st in FAILED)
-    tail = f"; fastest so far {win_text}" if win_text else "; none measured ok yet"
+    tail = f"; lowest latency so far {win_text}" if win_text else "; none measured ok yet"
     extra = f"; {failed} of the latest {len(configs)} failed" if failed else ""
     return f"{TUNER_PREFIX} {count} configurations evaluated{tail}{extra}"
 

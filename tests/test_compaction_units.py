@@ -314,7 +314,7 @@ def test_the_tuner_writes_memory_an_llm_run_can_start_from():
                                 note=f"tuner: configuration {i} of 9"))
     mem = deterministic_memory(Memory(goal=GOAL), ds, best(2, 55.0), [], 4)
     tuner = [i for i in mem.insights if i.startswith("tuner:")]
-    assert tuner == ["tuner: 4 configurations evaluated; fastest so far {BLOCK_S=64, num_warps=4} at 55.0 us "
+    assert tuner == ["tuner: 4 configurations evaluated; lowest latency so far {BLOCK_S=64, num_warps=4} at 55.0 us "
                      "(attempt 2); 1 of the latest 4 failed"]
     assert any(s.change == "CONFIG = {BLOCK_S=64, num_warps=4}" and s.verdict == "kept" for s in mem.strategies)
     assert any(f.attempt == 3 and "out of shared memory" in f.why for f in mem.failures)
@@ -322,7 +322,7 @@ def test_the_tuner_writes_memory_an_llm_run_can_start_from():
                           config=dict(base, BLOCK_S=64, num_warps=2))]
     mem2 = deterministic_memory(mem, ds + more, best(5, 52.0), [], 5)  # re-sent attempts are not recounted
     assert [i for i in mem2.insights if i.startswith("tuner:")][0].startswith(
-        "tuner: 5 configurations evaluated; fastest so far {BLOCK_S=64, num_warps=2} at 52.0 us (attempt 5)")
+        "tuner: 5 configurations evaluated; lowest latency so far {BLOCK_S=64, num_warps=2} at 52.0 us (attempt 5)")
     # an LLM run starts from it: the memory travels as JSON and is in its first prompt
     start = Memory.model_validate_json(mem2.model_dump_json())
     msgs = build_messages(GOAL, FIG0, start, [], 48_000)
@@ -530,3 +530,14 @@ def test_compaction_library_is_safe_in_workflow_code():
             else:
                 continue
             assert all(m.split(".")[0] in allowed for m in mods), (name, mods)
+
+
+def test_a_tuner_line_from_an_older_memory_is_still_counted():
+    """Memories written before the wording changed ("fastest so far") keep their count and winner."""
+    old = Memory(goal=GOAL, insights=["tuner: 7 configurations evaluated; fastest so far {BLOCK_S=16, num_warps=4} "
+                                      "at 40.0 us (attempt 3)"])
+    d = AttemptDigest(attempt=8, tool="profile_kernel", status="ok", latency_us=45.0, summary="45 us",
+                      config={"BLOCK_S": 32, "num_warps": 4})
+    mem = deterministic_memory(old, [d], best(3, 40.0), [], 9)
+    line = [i for i in mem.insights if i.startswith("tuner:")][0]
+    assert line.startswith("tuner: 8 configurations evaluated; lowest latency so far {BLOCK_S=16, num_warps=4} at 40")
