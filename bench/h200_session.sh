@@ -5,8 +5,8 @@
 #              kernel against FLA's chunk_kda at the three headline shapes, in one evaluation
 #   lowp       the MLA precision-downcast hostile item alone (with the control)
 #   mla        what the L2 flush costs a timed call (yardsticks, the tuned kernel, the baselines),
-#              then a tuner run over the MLA starter's search space (~5 minutes)
-#   tuner-kda  a tuner run on KDA from the tuned kernel (~8 minutes), FLA timed in every profile
+#              then a tuner run over the MLA starter's search space (~4.5 minutes)
+#   tuner-kda  a tuner run on KDA from the tuned kernel (~6 minutes), FLA timed in every profile
 out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc
@@ -24,11 +24,11 @@ for step in "$@"; do
       timeout 150 python3 bench/hostile_gpu.py --only mla_lowp_accumulation --budget 120 --out "$out/hostile_gpu_lowp.json" ;;
     mla)
       timeout 150 python3 bench/mla_decode.py study --out "$out"
-      timeout 420 python3 marathon.py run --problem mla_decode --kernel starter --policy tuner --device cuda \
-        --hours 0.09 --json > "$out/tuner_mla_decode_h200.json"; echo "tuner exit $?" ;;
+      timeout 360 python3 marathon.py run --problem mla_decode --kernel starter --policy tuner --device cuda \
+        --hours 0.075 --json > "$out/tuner_mla_decode_h200.json"; echo "tuner exit $?" ;;
     tuner-kda)
-      timeout 540 python3 marathon.py run --problem kda --kernel tuned --policy tuner --device cuda \
-        --hours 0.13 --json > "$out/tuner_kda_h200.json"; echo "tuner exit $?" ;;
+      timeout 450 python3 marathon.py run --problem kda --kernel tuned --policy tuner --device cuda \
+        --hours 0.1 --json > "$out/tuner_kda_h200.json"; echo "tuner exit $?" ;;
   esac
 done
 echo "=== done $(date -u +%H:%M:%S)"
