@@ -19,6 +19,7 @@ from typing import Callable
 
 from activities.artifacts import ArtifactStore, capped
 from activities.tools import source_text
+from kernels.baseline_cache import DEFAULT_TTL_S, BaselineCache
 from kernels.evaluator import PROJECT_ROOT, EvalRequest, evaluate
 from kernels.verdict import Verdict
 from workflows.models import EVAL_MODES, EvalDigest, EvalInput, EvalResult
@@ -36,12 +37,19 @@ NCU_METRICS = {
 }
 
 
-def request_for(inp: EvalInput, source: str) -> EvalRequest:
+# This worker process's baseline figures (kernels/baseline_cache.py); MARATHON_BASELINE_TTL_S=0 times
+# every baseline in every evaluation.
+BASELINES = BaselineCache(float(os.environ.get("MARATHON_BASELINE_TTL_S", DEFAULT_TTL_S)))
+
+
+def request_for(inp: EvalInput, source: str, cache: BaselineCache | None = None) -> EvalRequest:
     s = inp.settings
+    mode = EVAL_MODES[inp.tool]
+    known = cache.known(inp.problem, s.device) if cache is not None and s.baselines and mode == "full" else []
     return EvalRequest(problem=inp.problem, source=source, kernel=f"attempt {inp.attempt}", device=s.device,
                        shape_set=None if s.shape_list else s.shapes, shapes=s.shape_list,
-                       mode=EVAL_MODES[inp.tool], timeout_s=s.timeout_s, seeds=s.seeds, reps=s.reps,
-                       baselines=s.baselines)
+                       mode=mode, timeout_s=s.timeout_s, seeds=s.seeds, reps=s.reps,
+                       baselines=s.baselines, known_baselines=known)
 
 
 def _fmt_shape(shape: dict[str, int]) -> str:
@@ -82,7 +90,9 @@ def describe(tool: str, attempt: int, verdict: Verdict, ncu: dict | None = None)
             if r.timing and r.timing.graph_median_us:
                 parts.append(f"CUDA graph {r.timing.graph_median_us:.2f} us")
         for name, ratio in r.speedup.items():
-            parts.append(f"{ratio:.3f}x vs {name} ({r.baselines.get(name, 0):.2f} us)")
+            age = r.baselines_reused.get(name)
+            parts.append(f"{ratio:.3f}x vs {name} ({r.baselines.get(name, 0):.2f} us"
+                         + (f", timed {age:.0f} s ago on this worker)" if age is not None else ")"))
         if r.roofline_pct is not None:
             parts.append(f"{r.roofline_pct:.1f}% of roofline (floor {r.floor_us:.2f} us)")
         if r.note:
@@ -138,10 +148,13 @@ def ncu_metrics(req: EvalRequest, kernels: list[str], timeout_s: float = 600.0) 
     return out or "ncu captured none of the candidate's kernels"
 
 
-def run_eval(inp: EvalInput, store: ArtifactStore, heartbeat: Callable[[], None] | None = None) -> EvalResult:
+def run_eval(inp: EvalInput, store: ArtifactStore, heartbeat: Callable[[], None] | None = None,
+             cache: BaselineCache | None = BASELINES) -> EvalResult:
     source = source_text(inp.source, store)
-    req = request_for(inp, source)
+    req = request_for(inp, source, cache)
     verdict = evaluate(req, heartbeat=heartbeat, judge_grace_s=600.0)
+    if cache is not None:
+        cache.learn(inp.problem, inp.settings.device, verdict)
     artifact = store.put(verdict.model_dump_json(indent=2))
     ncu = None
     if (inp.tool == "profile_kernel" and inp.settings.ncu and verdict.ok and verdict.device == "cuda"

@@ -15,7 +15,7 @@ from typing import Callable
 from pydantic import BaseModel, Field
 
 from kernels.problem import get_problem, resolve_kernel
-from kernels.verdict import Mode, Verdict
+from kernels.verdict import KnownBaseline, Mode, Verdict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,6 +39,9 @@ class EvalRequest(BaseModel):
     warmup: int | None = None
     baselines: bool = True
     probe_shapes: int = 1  # extra correctness-only shapes drawn at random per evaluation (0: none)
+    # baseline timings an earlier evaluation on this GPU measured (kernels/baseline_cache.py): the judge
+    # reuses a matching one instead of timing that baseline again, and says so in the verdict
+    known_baselines: list[KnownBaseline] = Field(default_factory=list)
 
 
 def request_for(problem: str, kernel: str, **settings) -> EvalRequest:

@@ -29,6 +29,18 @@ class Timing(BaseModel):
     sync_wall_us: float | None = None
 
 
+class KnownBaseline(BaseModel):
+    """A baseline's timing from an earlier evaluation on the same GPU, offered to the judge so it need
+    not time the baseline again (kernels/baseline_cache.py). Only the worker, never a candidate, writes
+    these: they travel in the request the judge reads before any candidate code starts."""
+    shape: dict[str, int]
+    name: str
+    timing: Timing
+    gpu: str  # the GPU's name, "cpu" on the CPU: a figure is reused only on the same kind of device
+    reps: int  # timed calls behind the figure: reused only by a judge timing the same number
+    age_s: float  # how long ago it was measured, when offered
+
+
 class ShapeResult(BaseModel):
     shape: dict[str, int]
     correct: bool
@@ -40,6 +52,9 @@ class ShapeResult(BaseModel):
     baselines: dict[str, float] = Field(default_factory=dict)  # name -> median us
     baseline_timings: dict[str, Timing] = Field(default_factory=dict)
     speedup: dict[str, float] = Field(default_factory=dict)  # name -> baseline us / candidate us
+    # baselines not timed in this evaluation but reused from an earlier one on the same GPU: name ->
+    # the figure's age in seconds (the worker's baseline cache; absent: timed here, in this run)
+    baselines_reused: dict[str, float] = Field(default_factory=dict)
     floor_us: float | None = None
     roofline_pct: float | None = None  # floor / latency, in percent
     note: str | None = None
