@@ -86,3 +86,21 @@ def test_kda_gate_cases_differ_by_seed():
     assert not torch.all(g[0] == -5.0)
     assert torch.all(g[1] == -5.0)
     assert g[2].min() >= -5.0 and g[2].max() <= 0.0 and not math.isclose(g[2].std().item(), 0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kda_reference_is_the_token_recurrence_as_written(seed):
+    """The reference hoists exp(g), beta*k and the scale out of its loop; it must still be the
+    statement's recurrence, written here one operation per symbol."""
+    from kernels.kda.reference import make_inputs, reference
+    inp = make_inputs({"B": 2, "T": 37, "H": 3, "K": 16, "V": 8}, seed, "cpu", torch.float32)
+    q, k, v, g, beta = (inp[n].double() for n in ("q", "k", "v", "g", "beta"))
+    S = torch.zeros(2, 3, 16, 8, dtype=torch.float64)
+    want = torch.empty(2, 37, 3, 8, dtype=torch.float64)
+    for t in range(37):
+        S = torch.diag_embed(g[:, t].exp()) @ S
+        delta = v[:, t] - (S.transpose(-1, -2) @ k[:, t].unsqueeze(-1)).squeeze(-1)
+        S = S + beta[:, t, :, None, None] * k[:, t].unsqueeze(-1) @ delta.unsqueeze(-2)
+        want[:, t] = inp["scale"] * (S.transpose(-1, -2) @ q[:, t].unsqueeze(-1)).squeeze(-1)
+    got = reference(**inp).double()
+    assert ((got - want).norm() / want.norm()).item() < 1e-5
