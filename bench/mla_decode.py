@@ -65,8 +65,11 @@ STAGE1 = [
     (64, 64, 8, 2), (64, 32, 8, 2), (64, 32, 8, 3), (64, 32, 8, 4), (64, 16, 8, 2), (64, 16, 8, 3),
     (32, 16, 8, 2), (32, 32, 8, 2), (32, 32, 8, 3), (32, 64, 8, 2), (32, 32, 4, 2),
     (16, 16, 4, 2), (16, 32, 4, 2), (16, 32, 4, 3), (16, 32, 8, 2), (16, 64, 8, 2),
+    # two 8-row MMA slices per warp instead of one: twice the independent chains, half the tiles
+    # (the B=1 stage 1 looks latency-bound; bench/results/mla_decode_NOTES.md, session 3)
+    (16, 64, 4, 2),
 ]
-SPLIT_WAVES = (0.25, 0.5, 1, 2)
+SPLIT_WAVES = (0.25, 0.5, 1, 2, 4)
 MERGE_VARIANTS = ((128, 4), (64, 2), (256, 4), (512, 8))  # (MERGE_BLOCK_D, MERGE_WARPS)
 # the regime each tuning shape exercises, and the prefix of the keys it reads
 REGIMES = (("SMALL_", BENCH), ("", EXTRA))
