@@ -772,6 +772,8 @@ class Judge:
         parts = []
         for r in self.verdict.shapes:
             sp = ", ".join(f"{v:.2f}x vs {k}" for k, v in r.speedup.items())
+            if not sp and self.req.baselines:  # asked for, none timed: say so where a digest keeps it
+                sp = "no baseline could be timed: see the flags"
             parts.append(f"{_fmt(r.shape)}: {r.latency_us:.1f} us" + (f" ({sp})" if sp else ""))
         note = "" if self.verdict.timing_meaningful else " [CPU interpreter: times not meaningful]"
         return "correct on every shape; " + "; ".join(parts) + note

@@ -97,3 +97,15 @@ def test_a_second_profile_on_the_same_worker_reuses_the_first_ones_baselines(tmp
     for a, b in zip(first.verdict.shapes, second.verdict.shapes):
         assert b.baselines == a.baselines and set(b.baselines_reused) == set(a.baselines)
     assert "s ago on this worker" in second.text
+
+
+def test_a_verdict_whose_baselines_all_failed_says_so_in_its_reason():
+    """The reason is what a run's ledger and the Web UI keep; a missing ratio must not look like a
+    kernel without baselines (seen on an H200: one tuner profile came back with no speedups)."""
+    from kernels.judge import Judge
+    judge = Judge(request_for("mla_decode", "starter", device="cpu"))
+    judge.verdict.shapes = [ShapeResult(shape=SMOKE_A, correct=True, latency_us=12.5)]
+    judge.verdict.flags = ["baseline torch failed: RuntimeError: boom"]
+    assert "12.5 us (no baseline could be timed: see the flags)" in judge._summary()
+    judge.verdict.shapes[0].speedup = {"torch": 2.0}
+    assert "(2.00x vs torch)" in judge._summary()
