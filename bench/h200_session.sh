@@ -8,6 +8,7 @@
 #              then a tuner run over the MLA starter's search space (~4.5 minutes)
 #   tuner-kda  a tuner run on KDA from the tuned kernel (~6 minutes), FLA timed in every profile
 # Planned for the next session (each fits one call; baselines now reused within a worker for 30 min):
+# (the tuner steps keep their artifact store, every full verdict with its flags, under $OUT/artifacts)
 #   tuner-mla-all  the MLA starter's whole space (12 configurations; stops when exhausted)
 #   tuner-kda-all  the KDA starter's whole space (16 configurations; stops when exhausted)
 #   kda-shapes     KDA tuned vs FLA at the three headline shapes, one evaluation per shape
@@ -36,10 +37,10 @@ for step in "$@"; do
         --hours 0.1 --json > "$out/tuner_kda_h200.json"; echo "tuner exit $?" ;;
     tuner-mla-all)
       timeout 560 python3 marathon.py run --problem mla_decode --kernel starter --policy tuner --device cuda \
-        --hours 0.15 --json > "$out/tuner_mla_decode_all_h200.json"; echo "tuner exit $?" ;;
+        --hours 0.15 --artifacts "$out/artifacts" --json > "$out/tuner_mla_decode_all_h200.json"; echo "tuner exit $?" ;;
     tuner-kda-all)
       timeout 570 python3 marathon.py run --problem kda --kernel starter --policy tuner --device cuda \
-        --hours 0.15 --json > "$out/tuner_kda_all_h200.json"; echo "tuner exit $?" ;;
+        --hours 0.15 --artifacts "$out/artifacts" --json > "$out/tuner_kda_all_h200.json"; echo "tuner exit $?" ;;
     kda-shapes)
       for shape in B=1,T=8192 B=8,T=4096 B=1,T=32768; do
         timeout 200 python3 bench/evaluate_kernels.py --problem kda --kernel tuned --shape "$shape,H=32,K=128,V=128" \
