@@ -27,7 +27,6 @@ import itertools
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -88,29 +87,12 @@ class Timer:
         self.flush = L2Flush(device) if device == "cuda" else None
 
     def us(self, fn) -> float:
-        import torch
         if self.device != "cuda":
             t0 = time.perf_counter()
             fn()
             return 1e6 * (time.perf_counter() - t0)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm up outside the capture
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
-        for i in range(self.reps):
-            self.flush()
-            starts[i].record()
-            graph.replay()
-            ends[i].record()
-        torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+        from kernels.timing import captured, median_event_us
+        return median_event_us(captured(fn).replay, self.flush, self.reps)
 
 
 class _Skip:

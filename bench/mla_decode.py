@@ -35,7 +35,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -103,31 +102,14 @@ class Timer:
         self.flush = L2Flush(device, flush) if device == "cuda" else None
 
     def _events(self, launch) -> float:
-        import torch
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
-        for i in range(self.reps):
-            self.flush()
-            starts[i].record()
-            launch()
-            ends[i].record()
-        torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+        from kernels.timing import median_event_us
+        return median_event_us(launch, self.flush, self.reps)
 
     def graph_us(self, fn) -> float:
-        import torch
         if self.device != "cuda":
             return self.host_us(fn)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm up outside the capture
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        torch.cuda.synchronize()
-        return self._events(graph.replay)
+        from kernels.timing import captured
+        return self._events(captured(fn).replay)
 
     def eager_us(self, fn) -> float:
         if self.device != "cuda":

@@ -38,6 +38,34 @@ class L2Flush:
             self.buf.zero_()
 
 
+def captured(fn: Callable[[], object]) -> "torch.cuda.CUDAGraph":
+    """`fn` captured in a CUDA graph, after one warm-up call on a side stream (as torch.cuda.graphs
+    asks). For bench scripts timing a closure; candidates go through time_cuda."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph
+
+
+def median_event_us(launch: Callable[[], object], flush: "L2Flush", reps: int) -> float:
+    """Median of `reps` CUDA-event timings of `launch()`, the L2 flushed before each."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for start, end in zip(starts, ends):
+        flush()
+        start.record()
+        launch()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+
+
 def _call_all(fn: Callable, inputs: dict):
     return fn(**inputs)
 
