@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Callable
 
-from kernels.verdict import KnownBaseline, Verdict
+from kernels.verdict import KnownBaseline, Verdict, device_label
 
 DEFAULT_TTL_S = 1800.0
 
@@ -57,7 +57,7 @@ class BaselineCache:
         otherwise never age out). Returns how many were kept."""
         if self.ttl_s <= 0 or verdict.mode != "full":
             return 0
-        gpu = verdict.gpu.name if verdict.gpu else "cpu"
+        gpu = device_label(verdict.gpu)
         now = self._clock()
         kept = 0
         with self._lock:

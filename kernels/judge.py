@@ -33,7 +33,7 @@ from kernels.evaluator import PROJECT_ROOT, EvalRequest, EvaluatorError, source_
 from kernels.policy import check_source, module_violation
 from kernels.problem import ProblemSpec, get_problem
 from kernels.roofline import DeviceProfile, profile_for_gpu
-from kernels.verdict import Gpu, KnownBaseline, ShapeResult, Timing, Verdict
+from kernels.verdict import Gpu, KnownBaseline, ShapeResult, Timing, Verdict, device_label
 
 SUSPECT_SPEEDUP = 10.0  # over the strongest baseline: flagged, not rejected
 FLOOR_MARGIN = 0.9  # a median under 90% of the roofline floor is physically implausible
@@ -735,7 +735,7 @@ class Judge:
 
     def _known_baselines(self, shape) -> dict[str, KnownBaseline]:
         """Figures the request offers for this shape, measured on this kind of GPU with as many calls."""
-        gpu = self.gpu.name if self.gpu else "cpu"
+        gpu = device_label(self.gpu)
         return {k.name: k for k in self.req.known_baselines
                 if k.shape == shape and k.gpu == gpu and k.reps == self.reps}
 

@@ -16,6 +16,11 @@ class Gpu(BaseModel):
     driver: str | None = None
 
 
+def device_label(gpu: Gpu | None) -> str:
+    """The GPU's name, or "cpu": what a reused baseline figure must match (KnownBaseline.gpu)."""
+    return gpu.name if gpu else "cpu"
+
+
 class Timing(BaseModel):
     """Microseconds over repeated calls, L2 flushed before each on CUDA."""
     median_us: float
@@ -36,7 +41,7 @@ class KnownBaseline(BaseModel):
     shape: dict[str, int]
     name: str
     timing: Timing
-    gpu: str  # the GPU's name, "cpu" on the CPU: a figure is reused only on the same kind of device
+    gpu: str  # device_label() of where it was measured: reused only on the same kind of device
     reps: int  # timed calls behind the figure: reused only by a judge timing the same number
     age_s: float  # how long ago it was measured, when offered
 
