@@ -7,7 +7,8 @@
 #   mla        what the L2 flush costs a timed call (yardsticks, the tuned kernel, the baselines),
 #              then a tuner run over the MLA starter's search space (~4.5 minutes)
 #   tuner-kda  a tuner run on KDA from the tuned kernel (~6 minutes), FLA timed in every profile
-# Planned for the next session (each fits one call; baselines now reused within a worker for 30 min):
+# Session 4 (baselines now reused within a worker for 30 min): tuner-mla-all + mla-sweep fit one call,
+# tuner-kda-all one call, kda-shapes about five minutes:
 # (the tuner steps keep their artifact store, every full verdict with its flags, under $OUT/artifacts)
 #   tuner-mla-all  the MLA starter's whole space (12 configurations; stops when exhausted)
 #   tuner-kda-all  the KDA starter's whole space (16 configurations; stops when exhausted)
@@ -36,8 +37,8 @@ for step in "$@"; do
       timeout 450 python3 marathon.py run --problem kda --kernel tuned --policy tuner --device cuda \
         --hours 0.1 --json > "$out/tuner_kda_h200.json"; echo "tuner exit $?" ;;
     tuner-mla-all)
-      timeout 560 python3 marathon.py run --problem mla_decode --kernel starter --policy tuner --device cuda \
-        --hours 0.15 --artifacts "$out/artifacts" --json > "$out/tuner_mla_decode_all_h200.json"; echo "tuner exit $?" ;;
+      timeout 400 python3 marathon.py run --problem mla_decode --kernel starter --policy tuner --device cuda \
+        --hours 0.1 --artifacts "$out/artifacts" --json > "$out/tuner_mla_decode_all_h200.json"; echo "tuner exit $?" ;;
     tuner-kda-all)
       timeout 570 python3 marathon.py run --problem kda --kernel starter --policy tuner --device cuda \
         --hours 0.15 --artifacts "$out/artifacts" --json > "$out/tuner_kda_all_h200.json"; echo "tuner exit $?" ;;
@@ -47,7 +48,7 @@ for step in "$@"; do
           --tag "${shape//[=,]/_}" --out "$out"
       done ;;
     mla-sweep)
-      timeout 300 python3 marathon.py eval --problem mla_decode --kernel tuned --device cuda --shapes sweep \
+      timeout 170 python3 marathon.py eval --problem mla_decode --kernel tuned --device cuda --shapes sweep \
         --no-baselines --json > "$out/mla_decode_tuned_sweep.json"; echo "eval exit $?" ;;
   esac
 done
