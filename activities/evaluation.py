@@ -109,13 +109,25 @@ def describe(tool: str, attempt: int, verdict: Verdict, ncu: dict | None = None)
     return "\n".join(lines)
 
 
+def ncu_path() -> str | None:
+    """The Nsight Compute CLI: $MARATHON_NCU, else `ncu` on PATH, else the newest one under
+    /opt/nvidia/nsight-compute (CUDA images install it there without putting it on PATH)."""
+    if os.environ.get("MARATHON_NCU"):
+        return os.environ["MARATHON_NCU"] if os.access(os.environ["MARATHON_NCU"], os.X_OK) else None
+    found = shutil.which("ncu")
+    if found:
+        return found
+    installed = sorted(Path("/opt/nvidia/nsight-compute").glob("*/ncu"))
+    return str(installed[-1]) if installed else None
+
+
 def ncu_metrics(req: EvalRequest, kernels: list[str], timeout_s: float = 600.0) -> dict | str:
     """Nsight Compute metrics of the candidate's own kernels at the first shape: the judge runs once more
     (test mode, one seed) under `ncu --target-processes all`, so the candidate still runs only inside the
     evaluator's sandbox. A dict {kernel: {metric: value}}, or a string saying why there is none."""
-    ncu = shutil.which("ncu")
+    ncu = ncu_path()
     if ncu is None:
-        return "ncu is not on this worker's PATH"
+        return "ncu is not installed on this worker (nor named by MARATHON_NCU)"
     names = sorted({k.split(".")[-1] for k in kernels})
     if not names:
         return "no candidate kernels were seen"
@@ -127,7 +139,9 @@ def ncu_metrics(req: EvalRequest, kernels: list[str], timeout_s: float = 600.0) 
         req_path.write_text(probe.model_dump_json())
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
-        cmd = [ncu, "--target-processes", "all", "--csv", "--page", "raw", "--launch-count", "8",
+        # clocks left alone: ncu would otherwise lock them to base, and durations would not match
+        # the evaluator's timings
+        cmd = [ncu, "--target-processes", "all", "--clock-control", "none", "--csv", "--page", "raw", "--launch-count", "8",
                "--kernel-name", "regex:" + "|".join(names), "--metrics", ",".join(NCU_METRICS),
                sys.executable, "-m", "kernels.judge", str(req_path), str(out_path)]
         try:
@@ -158,7 +172,7 @@ def run_eval(inp: EvalInput, store: ArtifactStore, heartbeat: Callable[[], None]
     artifact = store.put(verdict.model_dump_json(indent=2))
     ncu = None
     if (inp.tool == "profile_kernel" and inp.settings.ncu and verdict.ok and verdict.device == "cuda"
-            and shutil.which("ncu")):
+            and ncu_path()):
         found = ncu_metrics(req, verdict.kernels_launched)
         ncu = found if isinstance(found, dict) else {"unavailable": {"why": found}}
     # history keeps the verdict minus the candidate's long log; the artifact has it all

@@ -14,6 +14,9 @@
 #   tuner-kda-all  the KDA starter's whole space (16 configurations; stops when exhausted)
 #   kda-shapes     KDA tuned vs FLA at the three headline shapes, one evaluation per shape
 #   mla-sweep      MLA tuned on the whole sweep (correctness on the GPU, timings, no baselines)
+#   kda-long       KDA tuned vs FLA at B=1,T=32768 alone
+#   ncu            Nsight Compute: profile_kernel's path through the sandbox, then the tuned kernels'
+#                  detailed reports (stall reasons, occupancy, memory) outside it (bench/ncu_probe.py)
 out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc
@@ -50,6 +53,11 @@ for step in "$@"; do
     mla-sweep)
       timeout 170 python3 marathon.py eval --problem mla_decode --kernel tuned --device cuda --shapes sweep \
         --no-baselines --json > "$out/mla_decode_tuned_sweep.json"; echo "eval exit $?" ;;
+    kda-long)
+      timeout 200 python3 bench/evaluate_kernels.py --problem kda --kernel tuned --shape B=1,T=32768,H=32,K=128,V=128 \
+        --tag B_1_T_32768 --out "$out" ;;
+    ncu)
+      timeout 500 python3 bench/ncu_probe.py --out "$out" ;;
   esac
 done
 echo "=== done $(date -u +%H:%M:%S)"

@@ -9,7 +9,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import tools
 from activities.artifacts import ArtifactStore, capped, sha256_text
-from activities.evaluation import describe, digest
+from activities.evaluation import describe, digest, ncu_path
 from activities.model import agent_turn_impl, chat_completion, retry_after
 from fake_openai import FakeOpenAI, Reply, completion, error
 from kernels.verdict import ShapeResult, Timing, Verdict
@@ -175,3 +175,16 @@ def test_missing_key_for_the_default_endpoint_is_not_retryable(monkeypatch):
     with pytest.raises(ApplicationError) as info:
         chat_completion(ModelSettings(model="m", api_key_env="SURELY_UNSET_KEY"), [])
     assert info.value.non_retryable and "SURELY_UNSET_KEY" in str(info.value)
+
+
+def test_ncu_path_prefers_the_named_binary(monkeypatch, tmp_path):
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("MARATHON_NCU", str(fake))
+    assert ncu_path() == str(fake)
+    monkeypatch.setenv("MARATHON_NCU", str(tmp_path / "missing"))
+    assert ncu_path() is None  # a wrong name is not silently replaced by another ncu
+    monkeypatch.delenv("MARATHON_NCU")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert ncu_path() == str(fake)

@@ -1,0 +1,93 @@
+"""Nsight Compute on the GPU host, two ways, for the shipped tuned kernels.
+
+    python bench/ncu_probe.py --out DIR [--problem mla_decode|kda ...]
+
+1. The path profile_kernel uses (`activities.evaluation.ncu_metrics`): the judge run again under
+   `ncu --target-processes all`, the candidate inside the evaluator's sandbox. Does it capture the
+   candidate's kernels through the sandbox's fences, and how long does it take? -> DIR/ncu_metrics.json
+2. A detailed report of each tuned kernel at its first bench shape, outside the sandbox (a plain
+   process calling the shipped kernel after a warm-up), with the sections that say where the time
+   goes: speed of light, occupancy, launch statistics, warp stall reasons, memory workload.
+   -> DIR/ncu_<problem>.txt (ncu's own text) and the command in ncu_metrics.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "MemoryWorkloadAnalysis",
+            "SchedulerStats", "ComputeWorkloadAnalysis")
+
+
+def run_kernel(problem: str) -> None:
+    """Child mode: the tuned kernel at the problem's first bench shape, three calls (ncu profiles the last)."""
+    import torch
+
+    from kernels.problem import get_problem
+    spec = get_problem(problem)
+    shape = spec.shapes("bench")[0]
+    ref_mod = __import__(f"kernels.{problem}.reference", fromlist=["make_inputs"])
+    tuned = __import__(f"kernels.{problem}.tuned", fromlist=["x"])
+    entry = getattr(tuned, spec.entry_point)
+    inputs = ref_mod.make_inputs(shape, 0, "cuda", torch.bfloat16)
+    for _ in range(3):
+        entry(**inputs)
+    torch.cuda.synchronize()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--problem", action="append", default=[])
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        run_kernel(args.child)
+        return 0
+    from activities.evaluation import ncu_metrics, ncu_path
+    from kernels.evaluator import request_for
+    from kernels.problem import get_problem
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ncu = ncu_path()
+    record: dict = {"ncu": ncu, "version": None, "problems": {}}
+    if ncu is None:
+        print("no ncu found")
+        (out / "ncu_metrics.json").write_text(json.dumps(record, indent=2))
+        return 1
+    record["version"] = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip()[-120:]
+    print(record["version"])
+    for problem in args.problem or ["mla_decode", "kda"]:
+        spec = get_problem(problem)
+        shape = spec.shapes("bench")[0]
+        req = request_for(problem, "tuned", device="cuda", shapes=[shape])
+        kernels = [f"candidate.{name}" for name in ("_mla_split_kernel", "_mla_merge_kernel", "_kda_prep", "_kda_scan")]
+        t0 = time.monotonic()
+        metrics = ncu_metrics(req, kernels, timeout_s=240)
+        row = {"shape": shape, "through_sandbox": metrics, "through_sandbox_s": round(time.monotonic() - t0, 1)}
+        print(problem, json.dumps(row)[:2000])
+        cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name",
+               "regex:_mla_|_kda_", "--launch-skip", "0", "--launch-count", "4", "--page", "details"]
+        for s in SECTIONS:
+            cmd += ["--section", s]
+        cmd += [sys.executable, str(Path(__file__).resolve()), "--child", problem]
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT)
+        (out / f"ncu_{problem}.txt").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr[-4000:])
+        row["details_cmd"] = " ".join(cmd[:-3] + ["python", "bench/ncu_probe.py", "--child", problem])
+        row["details_exit"] = proc.returncode
+        row["details_s"] = round(time.monotonic() - t0, 1)
+        record["problems"][problem] = row
+        (out / "ncu_metrics.json").write_text(json.dumps(record, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
