@@ -46,7 +46,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         shapes = [parse_shape(s) for s in args.shape]
         req = request_for(args.problem, args.kernel, device=args.device, shape_set=args.shapes, shapes=shapes,
                           timeout_s=args.timeout, mode=args.mode, seeds=args.seeds, reps=args.reps,
-                          baselines=not args.no_baselines)
+                          baselines=not args.no_baselines, only_baselines=args.baseline)
         verdict = evaluate(req)
     except (ShapeError, KeyError, FileNotFoundError, ValueError) as exc:
         print(f"marathon eval: {exc}", file=sys.stderr)
@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seeds", type=int, default=3, help="fresh random inputs per shape (at least 3 counts)")
     ev.add_argument("--reps", type=int, default=None, help="timed calls (at least 20 on CUDA)")
     ev.add_argument("--no-baselines", action="store_true")
+    ev.add_argument("--baseline", action="append", default=[], metavar="NAME",
+                    help="time only this baseline (repeatable; default: all the problem offers)")
     ev.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
     ev.set_defaults(func=cmd_eval)
     add_run_and_dev(sub)

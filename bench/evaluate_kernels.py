@@ -27,6 +27,7 @@ def main() -> int:
     ap.add_argument("--shape", action="append", default=[])
     ap.add_argument("--device", default="auto")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--baseline", action="append", default=[], help="time only this baseline (repeatable)")
     ap.add_argument("--tag", default=None, help="file-name tag instead of the shape-set name")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args()
@@ -36,7 +37,7 @@ def main() -> int:
     for kernel in args.kernel:
         shapes = [parse_shape(s) for s in args.shape]
         req = request_for(args.problem, kernel, device=args.device, shape_set=None if shapes else args.shapes,
-                          shapes=shapes, timeout_s=args.timeout)
+                          shapes=shapes, timeout_s=args.timeout, only_baselines=args.baseline)
         t0 = time.time()
         verdict = evaluate(req)
         record = {"verdict": json.loads(verdict.model_dump_json()), "host": platform.node(),

@@ -14,7 +14,7 @@
 #   tuner-kda-all  the KDA starter's whole space (16 configurations; stops when exhausted)
 #   kda-shapes     KDA tuned vs FLA at the three headline shapes, one evaluation per shape
 #   mla-sweep      MLA tuned on the whole sweep (correctness on the GPU, timings, no baselines)
-#   kda-long       KDA tuned vs FLA at B=1,T=32768 alone
+#   kda-long       KDA tuned vs FLA at B=1,T=32768 alone (FLA only: torch_chunked is ~1 s a call there)
 #   ncu            Nsight Compute: profile_kernel's path through the sandbox, then the tuned kernels'
 #                  detailed reports (stall reasons, occupancy, memory) outside it (bench/ncu_probe.py)
 out=${1:?output dir}; shift
@@ -55,7 +55,7 @@ for step in "$@"; do
         --no-baselines --json > "$out/mla_decode_tuned_sweep.json"; echo "eval exit $?" ;;
     kda-long)
       timeout 200 python3 bench/evaluate_kernels.py --problem kda --kernel tuned --shape B=1,T=32768,H=32,K=128,V=128 \
-        --tag B_1_T_32768 --out "$out" ;;
+        --baseline fla_chunk_kda --tag B_1_T_32768 --out "$out" ;;
     ncu)
       timeout 500 python3 bench/ncu_probe.py --out "$out" ;;
   esac

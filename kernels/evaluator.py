@@ -38,6 +38,7 @@ class EvalRequest(BaseModel):
     reps: int | None = None  # timed calls; default 30 on CUDA, 3 on the CPU
     warmup: int | None = None
     baselines: bool = True
+    only_baselines: list[str] = Field(default_factory=list)  # time just these (by name); empty: all
     probe_shapes: int = 1  # extra correctness-only shapes drawn at random per evaluation (0: none)
     # baseline timings an earlier evaluation on this GPU measured (kernels/baseline_cache.py): the judge
     # reuses a matching one instead of timing that baseline again, and says so in the verdict

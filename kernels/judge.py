@@ -743,7 +743,13 @@ class Judge:
         module = importlib.import_module(f"kernels.{self.spec.name}.baselines")
         known = self._known_baselines(result.shape)
         ref = None
-        for name, fn in module.baselines(self.device).items():
+        offered = module.baselines(self.device)
+        unknown = sorted(set(self.req.only_baselines) - set(offered))
+        if unknown:
+            self.verdict.flags.append(f"no baseline named {', '.join(unknown)} here (offered: {', '.join(offered)})")
+        for name, fn in offered.items():
+            if self.req.only_baselines and name not in self.req.only_baselines:
+                continue
             if name in known:  # timed by an earlier evaluation on this GPU: reused, and said so
                 result.baseline_timings[name] = known[name].timing
                 result.baselines[name] = known[name].timing.median_us

@@ -112,3 +112,16 @@ def test_bad_requests_fail_clearly():
     assert proc.returncode == 2 and "neither a file nor a shipped kernel" in proc.stderr
     with pytest.raises(KeyError):
         request_for("gemm", "starter")
+
+
+def test_only_named_baselines_are_timed():
+    shape = [{"B": 1, "T": 40, "H": 1, "K": 16, "V": 16}]
+    both = evaluate(EvalRequest(problem="kda", source=KDA_STARTER, device="cpu", shapes=shape, probe_shapes=0,
+                                only_baselines=["torch_chunked", "fla_chunk_kda"]))
+    assert both.status == "ok", both.reason
+    assert set(both.shapes[0].baselines) == {"torch_chunked"}  # FLA is never offered on the CPU: said so
+    assert any("no baseline named fla_chunk_kda" in f for f in both.flags)
+    other = evaluate(EvalRequest(problem="kda", source=KDA_STARTER, device="cpu", shapes=shape, probe_shapes=0,
+                                 only_baselines=["fla_chunk_kda"]))
+    assert other.status == "ok" and other.shapes[0].baselines == {}  # torch_chunked was not asked for
+    assert "no baseline could be timed" in other.reason
