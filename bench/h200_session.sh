@@ -15,6 +15,7 @@
 #   kda-shapes     KDA tuned vs FLA at the three headline shapes, one evaluation per shape
 #   mla-sweep      MLA tuned on the whole sweep (correctness on the GPU, timings, no baselines)
 #   kda-long       KDA tuned vs FLA at B=1,T=32768 alone (FLA only: torch_chunked is ~1 s a call there)
+#   kda-scan-speed the shipped WY scan against the transition-form scan alone (bench/kda_scan_forms.py)
 #   ncu            Nsight Compute: profile_kernel's path through the sandbox, then the tuned kernels'
 #                  detailed reports (stall reasons, occupancy, memory) outside it (bench/ncu_probe.py)
 out=${1:?output dir}; shift
@@ -56,6 +57,8 @@ for step in "$@"; do
     kda-long)
       timeout 200 python3 bench/evaluate_kernels.py --problem kda --kernel tuned --shape B=1,T=32768,H=32,K=128,V=128 \
         --baseline fla_chunk_kda --tag B_1_T_32768 --out "$out" ;;
+    kda-scan-speed)
+      timeout 150 python3 bench/kda_scan_forms.py speed --out "$out/kda_scan_speed.json" ;;
     ncu)
       timeout 500 python3 bench/ncu_probe.py --out "$out" ;;
   esac

@@ -1,6 +1,7 @@
 """Precision of two ways to run KDA's sequential scan with bf16 tensor-core operands, on the CPU.
 
-    python bench/kda_scan_forms.py [--T 4096] [--H 2] [--out FILE]
+    python bench/kda_scan_forms.py [--T 4096] [--H 2] [--out FILE]          precision (CPU)
+    python bench/kda_scan_forms.py speed [--out FILE]                       speed (an H200)
 
 Both start from the same per-chunk quantities (chunk 64; the WY form of kernels/kda/tuned.py):
 w = T diag(beta) (exp(G) K), u0 = T diag(beta) V, qg = scale exp(G) Q, kd = exp(G_last - G) K,
@@ -18,7 +19,13 @@ price of more work in the parallel preparation. This script only asks whether it
 enough: relative L2 error against the token-by-token recurrence in fp64, per gate case, plus a slow
 decay (g ~ -U(0, 0.02): the state lives for thousands of tokens) that the problem's generator does not
 draw but real models do. Products accumulate in fp32 (fp64 here, after the bf16 rounding of their
-operands, which is what the tensor cores' fp32 accumulation approximates)."""
+operands, which is what the tensor cores' fp32 accumulation approximates).
+
+`speed` times the two scans alone on the GPU at B=1, T=8192, H=32, K=V=128 on random operands of the
+right shapes and sizes: the shipped `_kda_scan` and `_scan_transition` below (an experiment, not
+shipped: its preparation, which must form C, D, Q' and O0, does not exist yet), each at a few
+settings, CUDA-graph replays with the L2 flushed before each. It answers how much of the scan's time
+the second dependent product costs, before anyone writes that preparation."""
 from __future__ import annotations
 
 import argparse
@@ -27,6 +34,8 @@ import sys
 from pathlib import Path
 
 import torch
+import triton
+import triton.language as tl
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -106,16 +115,118 @@ def scan_transition(w, u0, qg, kd, M, gl, T):
     return torch.cat(out, 1)[:, :T].transpose(0, 1)
 
 
+@triton.jit
+def _scan_transition(c_ptr, d_ptr, qp_ptr, o0_ptr, gl_ptr, o_ptr, T, H, V, NT,
+                     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BVP: tl.constexpr):
+    """Chunk after chunk: o = Q' s + O0;  S = gl * S + C s + D  (s: S in the dot dtype)."""
+    bh = tl.program_id(0)
+    pid_v = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    DT: tl.constexpr = c_ptr.dtype.element_ty
+    rows = tl.arange(0, BT)
+    offs_k = tl.arange(0, BK)
+    offs_v = pid_v * BV + tl.arange(0, BV)
+    TP = NT * BT
+    o_base = (b.to(tl.int64) * T * H + h) * V
+    S = tl.zeros([BK, BV], dtype=tl.float32)
+    for n in range(NT):
+        chunk = bh.to(tl.int64) * NT + n
+        cmat = tl.load(c_ptr + chunk * BK * BK + offs_k[:, None] * BK + offs_k[None, :])
+        d = tl.load(d_ptr + chunk * BK * BVP + offs_k[:, None] * BVP + offs_v[None, :]).to(tl.float32)
+        r = n * BT + rows
+        qp = tl.load(qp_ptr + bh.to(tl.int64) * TP * BK + r[:, None] * BK + offs_k[None, :])
+        o0 = tl.load(o0_ptr + bh.to(tl.int64) * TP * BVP + r[:, None] * BVP + offs_v[None, :]).to(tl.float32)
+        gl = tl.load(gl_ptr + chunk * BK + offs_k)
+        s = S.to(DT)
+        o = tl.dot(qp, s, acc=o0)
+        omask = (r < T)[:, None] & (offs_v < V)[None, :]
+        tl.store(o_ptr + o_base + r[:, None].to(tl.int64) * (H * V) + offs_v[None, :],
+                 o.to(o_ptr.dtype.element_ty), mask=omask)
+        S = tl.dot(cmat, s, acc=S * gl[:, None] + d)
+
+
+def transition_operands(w, u0, qg, kd, M, gl, dtype=torch.float32):
+    """C, D, Q', O0 ([H, N, *]) from the chunk terms, rounded like a preparation kernel would store them."""
+    C = -(kd.transpose(-1, -2) @ w)
+    D = kd.transpose(-1, -2) @ u0
+    return (x.to(dtype) for x in (C, D, qg - M @ w, M @ u0))
+
+
+def scan_transition_triton(w, u0, qg, kd, M, gl, T):
+    """The kernel above on [H, N, BT, *] chunk terms of one sequence (the interpreter on the CPU):
+    [T, H, V] fp32, to be compared with scan_transition's emulation."""
+    H, n, bt, K = w.shape
+    V = u0.shape[-1]
+    C, D, Qp, O0 = transition_operands(w, u0, qg, kd, M, gl)
+    o = torch.empty(1, T, H, V)
+    _scan_transition[(H, 1)](C.contiguous(), D.contiguous(), Qp.reshape(H, n * bt, K).contiguous(),
+                             O0.reshape(H, n * bt, V).contiguous(), gl.float().contiguous(), o, T, H, V, n,
+                             BT=bt, BK=K, BV=V, BVP=V)
+    return o[0]
+
+
+def speed(out_path: Path) -> dict:
+    from kernels.hostinfo import host_facts
+    from kernels.kda import tuned
+    from kernels.timing import L2Flush, captured, median_event_us
+    B, T, H, K, V = 1, 8192, 32, 128, 128
+    BT = 64
+    NT = T // BT
+    dev, dt = "cuda", torch.bfloat16
+    gen = torch.Generator(device=dev).manual_seed(0)
+
+    def rnd(*size, s=1.0):
+        return (torch.randn(*size, generator=gen, device=dev) * s).to(dt)
+    # magnitudes of the real terms: K-normalised keys, a decaying state
+    w, qg, kd = rnd(B * H, T, K, s=K ** -0.5), rnd(B * H, T, K, s=K ** -0.5), rnd(B * H, T, K, s=K ** -0.5)
+    u0, m = rnd(B * H, T, V), rnd(B * H, T, BT, s=BT ** -0.5)
+    gl = torch.rand(B * H, NT, K, generator=gen, device=dev) * 0.9
+    cmat, d = rnd(B * H, NT, K, K, s=0.05), rnd(B * H, NT, K, V, s=0.1)
+    o = torch.empty(B, T, H, V, device=dev, dtype=dt)
+    flush = L2Flush(torch.device(dev))
+    rows = []
+    for bv, warps, stages in ((16, 4, 3), (16, 4, 2), (32, 4, 3), (16, 8, 3), (32, 8, 3), (64, 8, 3)):
+        for form in ("wy", "transition"):
+            if form == "wy":
+                def launch(bv=bv, warps=warps, stages=stages):
+                    tuned._kda_scan[(B * H, V // bv)](w, u0, qg, kd, m, gl, o, T, H, V, NT, BT=BT, BK=K, BV=bv,
+                                                       BVP=V, num_warps=warps, num_stages=stages)
+            else:
+                def launch(bv=bv, warps=warps, stages=stages):
+                    _scan_transition[(B * H, V // bv)](cmat, d, qg, u0, gl, o, T, H, V, NT, BT=BT, BK=K, BV=bv,
+                                                       BVP=V, num_warps=warps, num_stages=stages)
+            row = {"form": form, "SCAN_BV": bv, "warps": warps, "stages": stages}
+            try:
+                launch()
+                torch.cuda.synchronize()
+                graph = captured(launch)
+                row["graph_us"] = round(median_event_us(graph.replay, flush, 30), 2)
+            except Exception as exc:  # a setting that does not compile or faults is a row, not the end
+                row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    record = {"host": host_facts(), "shape": {"B": B, "T": T, "H": H, "K": K, "V": V}, "rows": rows}
+    out_path.write_text(json.dumps(record, indent=1))
+    return record
+
+
 def rel(out, ref) -> float:
     return ((out - ref).norm() / ref.norm()).item()
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", nargs="?", default="precision", choices=("precision", "speed"))
     ap.add_argument("--T", type=int, default=4096)
     ap.add_argument("--H", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "kda_scan_forms.json"))
+    ap.add_argument("--out", default=None, help="default: bench/results/kda_scan_forms.json or kda_scan_speed.json")
     args = ap.parse_args()
+    results = ROOT / "bench" / "results"
+    if args.mode == "speed":
+        speed(Path(args.out or results / "kda_scan_speed.json"))
+        return 0
+    args.out = args.out or str(results / "kda_scan_forms.json")
     from kernels.kda.reference import make_inputs
     shape = {"B": 1, "T": args.T, "H": args.H, "K": 128, "V": 128}
     rows = []
