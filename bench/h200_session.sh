@@ -7,8 +7,9 @@
 #   mla        what the L2 flush costs a timed call (yardsticks, the tuned kernel, the baselines),
 #              then a tuner run over the MLA starter's search space (~4.5 minutes)
 #   tuner-kda  a tuner run on KDA from the tuned kernel (~6 minutes), FLA timed in every profile
-# Session 4 (baselines now reused within a worker for 30 min): tuner-mla-all + mla-sweep fit one call,
-# tuner-kda-all one call, kda-shapes about five minutes:
+# Session 4 (baselines reused within a worker for 30 min): tuner-mla-all + mla-sweep fit one call;
+# tuner-kda-all (profiles ~20 s once reused baselines are not even imported and timed outputs are
+# re-checked in one reference run) + kda-scan-speed one call; kda-shapes about five minutes:
 # (the tuner steps keep their artifact store, every full verdict with its flags, under $OUT/artifacts)
 #   tuner-mla-all  the MLA starter's whole space (12 configurations; stops when exhausted)
 #   tuner-kda-all  the KDA starter's whole space (16 configurations; stops when exhausted)
@@ -22,6 +23,8 @@ out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+# the store's content-addressed folders nest too deep for the device tool to bring back: one archive
+pack_artifacts() { tar czf "$out/artifacts.tgz" -C "$out" artifacts && rm -rf "$out/artifacts/sha256"; }
 KDA_SHAPES=(--shape B=1,T=8192,H=32,K=128,V=128 --shape B=8,T=4096,H=32,K=128,V=128
             --shape B=1,T=32768,H=32,K=128,V=128)
 for step in "$@"; do
@@ -42,10 +45,12 @@ for step in "$@"; do
         --hours 0.1 --json > "$out/tuner_kda_h200.json"; echo "tuner exit $?" ;;
     tuner-mla-all)
       timeout 400 python3 marathon.py run --problem mla_decode --kernel starter --policy tuner --device cuda \
-        --hours 0.1 --artifacts "$out/artifacts" --json > "$out/tuner_mla_decode_all_h200.json"; echo "tuner exit $?" ;;
+        --hours 0.1 --artifacts "$out/artifacts" --json > "$out/tuner_mla_decode_all_h200.json"; echo "tuner exit $?"
+      pack_artifacts ;;
     tuner-kda-all)
-      timeout 570 python3 marathon.py run --problem kda --kernel starter --policy tuner --device cuda \
-        --hours 0.15 --artifacts "$out/artifacts" --json > "$out/tuner_kda_all_h200.json"; echo "tuner exit $?" ;;
+      timeout 545 python3 marathon.py run --problem kda --kernel starter --policy tuner --device cuda \
+        --hours 0.145 --artifacts "$out/artifacts" --json > "$out/tuner_kda_all_h200.json"; echo "tuner exit $?"
+      pack_artifacts ;;
     kda-shapes)
       for shape in B=1,T=8192 B=8,T=4096 B=1,T=32768; do
         timeout 200 python3 bench/evaluate_kernels.py --problem kda --kernel tuned --shape "$shape,H=32,K=128,V=128" \
@@ -58,7 +63,7 @@ for step in "$@"; do
       timeout 200 python3 bench/evaluate_kernels.py --problem kda --kernel tuned --shape B=1,T=32768,H=32,K=128,V=128 \
         --baseline fla_chunk_kda --tag B_1_T_32768 --out "$out" ;;
     kda-scan-speed)
-      timeout 150 python3 bench/kda_scan_forms.py speed --out "$out/kda_scan_speed.json" ;;
+      timeout 45 python3 bench/kda_scan_forms.py speed --out "$out/kda_scan_speed.json" ;;
     ncu)
       timeout 500 python3 bench/ncu_probe.py --out "$out" ;;
   esac

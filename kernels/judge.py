@@ -37,6 +37,10 @@ from kernels.verdict import Gpu, KnownBaseline, ShapeResult, Timing, Verdict, de
 
 SUSPECT_SPEEDUP = 10.0  # over the strongest baseline: flagged, not rejected
 FLOOR_MARGIN = 0.9  # a median under 90% of the roofline floor is physically implausible
+# A baseline is only sanity-checked (a broken one is far off, rel ~1): it may round where candidates
+# may not (the MLA torch baseline casts the softmax to fp16 on the CPU: rel up to 1.5e-3 against a
+# 1e-3 limit on 14 of 400 seeds), and dropping it for that made evaluations flaky.
+BASELINE_TOLERANCE_FACTOR = 4.0
 LOG_TAIL_CHARS = 4000
 # Environment variables a candidate may see; everything else (keys, tokens) stays behind.
 PASS_ENV_PREFIXES = ("CUDA_", "TRITON_", "NVIDIA_", "LD_LIBRARY_PATH", "PATH", "LANG", "LC_")
@@ -689,22 +693,47 @@ class Judge:
             picked = set(every)
         where = {i: name for name in phases for i in phases[name]}
         saved = sandbox.request({"op": "save_timed", "indices": sorted(picked), "dir": str(sandbox.workdir)}, "saved")
-        for i in sorted(picked):
-            path = saved["files"].get(str(i))
-            if path is None:
-                raise Outcome("incorrect", f"timed call {i} ({where.get(i)}) returned no usable output")
-            out = torch.load(path, weights_only=True)
-            Path(path).unlink(missing_ok=True)
-            inputs = self.reference.make_inputs(shape, seed_offset + i, self.device, self.dtype)
-            ref = self.reference.reference(**inputs)
-            rel, max_abs, finite = compare(out, ref)
-            bound = self.tolerance.abs_frac * ref.abs().max().item()
-            if not finite or rel > self.tolerance.rel or max_abs > bound:
-                why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
-                raise Outcome("incorrect", f"the output of timed call {i} ({where.get(i)} phase, fresh inputs in "
-                              f"refilled buffers) at {_fmt(shape)} is wrong ({why}): outputs of timed calls are "
-                              "re-checked, so cached, replayed or skipped work fails here")
-            del out, ref, inputs
+        order = sorted(picked)
+        for group in self._stackable(shape, order):
+            refs = self._references(shape, [seed_offset + i for i in group])
+            for i, ref in zip(group, refs):
+                path = saved["files"].get(str(i))
+                if path is None:
+                    raise Outcome("incorrect", f"timed call {i} ({where.get(i)}) returned no usable output")
+                out = torch.load(path, weights_only=True)
+                Path(path).unlink(missing_ok=True)
+                rel, max_abs, finite = compare(out, ref)
+                bound = self.tolerance.abs_frac * ref.abs().max().item()
+                if not finite or rel > self.tolerance.rel or max_abs > bound:
+                    why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
+                    raise Outcome("incorrect", f"the output of timed call {i} ({where.get(i)} phase, fresh inputs in "
+                                  f"refilled buffers) at {_fmt(shape)} is wrong ({why}): outputs of timed calls are "
+                                  "re-checked, so cached, replayed or skipped work fails here")
+                del out
+            del refs
+
+    def _stackable(self, shape, calls: list[int]) -> list[list[int]]:
+        """The calls in groups whose inputs one reference run can take together: stacked along the
+        problem's batch dimension, at most ~1 GB of inputs at a time (one call per group if the
+        problem has no batch dimension). The reference of a KDA call is thousands of small launches,
+        so one run for six calls instead of six runs saves seconds per evaluation."""
+        if self.spec.batch_dim is None or not calls:
+            return [[i] for i in calls]
+        sample = self.reference.make_inputs(shape, 0, self.device, self.dtype)
+        per_call = sum(v.numel() * v.element_size() for v in sample.values() if isinstance(v, torch.Tensor))
+        del sample
+        size = max(1, min(len(calls), 2**30 // max(per_call, 1)))
+        return [calls[k:k + size] for k in range(0, len(calls), size)]
+
+    def _references(self, shape, seeds: list[int]) -> list[torch.Tensor]:
+        """The reference outputs for the inputs of these seeds, from one stacked run when there are several."""
+        sets = [self.reference.make_inputs(shape, seed, self.device, self.dtype) for seed in seeds]
+        if len(sets) == 1:
+            return [self.reference.reference(**sets[0])]
+        stacked = {k: torch.cat([x[k] for x in sets]) if isinstance(v, torch.Tensor) else v
+                   for k, v in sets[0].items()}
+        del sets
+        return list(self.reference.reference(**stacked).split(shape[self.spec.batch_dim]))
 
     def _wall_check(self, result: ShapeResult, shape, wall_us: float) -> None:
         """Event time against the wall clock of a call between two full device synchronisations."""
@@ -760,7 +789,7 @@ class Judge:
             try:
                 with torch.no_grad():
                     rel, _, finite = compare(fn(**input_sets[0]), ref)
-                if not finite or rel > self.tolerance.rel:
+                if not finite or rel > BASELINE_TOLERANCE_FACTOR * self.tolerance.rel:
                     self.verdict.flags.append(f"baseline {name} disagrees with the reference (rel_err {rel:.3g}); left out")
                     continue
                 with torch.no_grad():

@@ -37,6 +37,21 @@ class Traffic:
         return 1e6 * floor_seconds(self.min_bytes, self.tensor_flops, profile, self.scalar_flops)
 
 
+class LazyBaseline:
+    """A baseline built on its first call: an import or a compile that an evaluation reusing the
+    baseline's figure (kernels/baseline_cache.py) never pays for. A build that fails raises on that
+    call, which the judge reports as a failed baseline."""
+
+    def __init__(self, build: Callable[[], Callable]) -> None:
+        self._build = build
+        self._fn: Callable | None = None
+
+    def __call__(self, **inputs):
+        if self._fn is None:
+            self._fn = self._build()
+        return self._fn(**inputs)
+
+
 @dataclass(frozen=True)
 class ProblemSpec:
     name: str
@@ -49,6 +64,9 @@ class ProblemSpec:
     tolerances: dict[str, Tolerance]  # keyed by the dtype of the inputs
     dtypes: dict[str, str]  # device kind ('cpu'/'cuda') -> input dtype name
     shipped_kernels: tuple[str, ...] = ("starter",)
+    # the dimension whose inputs stack along tensor dim 0, the reference treating each element on its
+    # own (so the judge may run the reference once over several calls' inputs); None: never stacked
+    batch_dim: str | None = None
     seeds: int = 3
     notes: dict[str, str] = field(default_factory=dict)
 

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernels.evaluator import EvalRequest, evaluate, request_for
 from kernels.problem import get_problem, resolve_kernel
@@ -125,3 +126,18 @@ def test_only_named_baselines_are_timed():
                                  only_baselines=["fla_chunk_kda"]))
     assert other.status == "ok" and other.shapes[0].baselines == {}  # torch_chunked was not asked for
     assert "no baseline could be timed" in other.reason
+
+
+@pytest.mark.parametrize("problem,shape", [("kda", {"B": 2, "T": 37, "H": 2, "K": 16, "V": 16}),
+                                           ("mla_decode", {"B": 3, "H": 5, "S": 70})])
+def test_stacked_reference_equals_one_run_per_call(problem, shape):
+    # the judge re-checks several timed calls with one reference run over their stacked inputs
+    from kernels.judge import Judge
+    judge = Judge(EvalRequest(problem=problem, source="", device="cpu"))
+    seeds = [11, 12, 13, 14]
+    assert judge._stackable(shape, [0, 1, 2, 3]) == [[0, 1, 2, 3]]
+    stacked = judge._references(shape, seeds)
+    for seed, ref in zip(seeds, stacked):
+        alone = judge.reference.reference(**judge.reference.make_inputs(shape, seed, "cpu", judge.dtype))
+        assert ref.shape == alone.shape
+        torch.testing.assert_close(ref, alone, rtol=1e-5, atol=1e-5)

@@ -1,8 +1,11 @@
 """Baselines for KDA: a chunked PyTorch implementation of our own, and flash-linear-attention's
 Triton `chunk_kda` when the optional `fla` package is importable (never required, never shipped)."""
+import importlib.util
 import os
 
 import torch
+
+from kernels.problem import LazyBaseline
 
 CHUNK = 64
 
@@ -60,13 +63,10 @@ def kda_chunked_torch(q, k, v, g, beta, scale, chunk: int = CHUNK, pair_budget: 
 
 
 def _fla_chunk_kda():
-    """FLA's Triton chunk_kda, or None when fla is not installed. FLA_FLASH_KDA=0 keeps it from
-    dispatching to a non-Triton backend, so the comparison is Triton against Triton."""
+    """FLA's Triton chunk_kda. FLA_FLASH_KDA=0 keeps it from dispatching to a non-Triton backend, so
+    the comparison is Triton against Triton. An installed fla that fails to import raises here."""
     os.environ["FLA_FLASH_KDA"] = "0"
-    try:
-        from fla.ops.kda import chunk_kda
-    except Exception:  # not installed, or installed without a working backend on this host
-        return None
+    from fla.ops.kda import chunk_kda
 
     def fla_chunk_kda(q, k, v, g, beta, scale):
         out = chunk_kda(q, k, v, g, beta, scale=scale)
@@ -77,8 +77,7 @@ def _fla_chunk_kda():
 
 def baselines(device: str) -> dict:
     out = {"torch_chunked": kda_chunked_torch}
-    if device == "cuda":
-        fla = _fla_chunk_kda()
-        if fla is not None:
-            out["fla_chunk_kda"] = fla
+    # offered when installed, imported on first use (seconds a reused figure does not need)
+    if device == "cuda" and importlib.util.find_spec("fla") is not None:
+        out["fla_chunk_kda"] = LazyBaseline(_fla_chunk_kda)
     return out

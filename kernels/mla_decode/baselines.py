@@ -2,6 +2,7 @@
 import torch
 
 from kernels.mla_decode.problem import D_LATENT
+from kernels.problem import LazyBaseline
 
 
 def mla_decode_torch(q: torch.Tensor, kv: torch.Tensor, scale: float) -> torch.Tensor:
@@ -14,5 +15,6 @@ def mla_decode_torch(q: torch.Tensor, kv: torch.Tensor, scale: float) -> torch.T
 def baselines(device: str) -> dict:
     out = {"torch": mla_decode_torch}
     if device == "cuda":  # inductor on the CPU needs a C++ toolchain and says nothing about GPUs
-        out["torch_compile"] = torch.compile(mla_decode_torch, dynamic=False)
+        # built on first use: torch.compile's import costs seconds that a reused figure does not need
+        out["torch_compile"] = LazyBaseline(lambda: torch.compile(mla_decode_torch, dynamic=False))
     return out

@@ -54,4 +54,5 @@ PROBLEM = ProblemSpec(
     },
     dtypes={"cpu": "float16", "cuda": "bfloat16"},
     shipped_kernels=("starter", "tuned"),
+    batch_dim="B",
 )
