@@ -35,7 +35,11 @@ import triton.language as tl
 
 # knobs a tuner may turn (kernels/tunables.py); the launcher reads CONFIG.
 # CHUNK is 64 only: the preparation kernel is written out for four 16-token sub-chunks.
-# CONFIG holds the fastest settings measured on an H200 (bench/results/kda_log_run1.txt).
+# CONFIG holds the fastest settings measured on an H200: the preparation's from
+# bench/results/kda_log_run1.txt; the few-heads scan's (SCAN_BV=32) from the scan timed alone on
+# random operands (bench/results/kda_scan_speed.json: 176 us against 330 us for SCAN_BV=16 at
+# B=1, T=8192, H=32; run 1's SCAN_BV=32 rows had failed only after an earlier fault poisoned the
+# process). The end-to-end figure with SCAN_BV=32 is not measured yet.
 TUNABLES = {
     "CHUNK": (64,),
     "PREP_BK": (32, 64, 128),  # channels per step of the preparation (128: one step, fastest measured)
@@ -53,7 +57,7 @@ TUNABLES = {
     "SCAN_STAGES_MANY": (2, 3, 4),
 }
 CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4,
-          "MANY_HEADS": 128, "SCAN_BV": 16, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
+          "MANY_HEADS": 128, "SCAN_BV": 32, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
           "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3}
 
 SUB = 16  # sub-chunk: the re-centring window and the smallest tile tl.dot accepts
