@@ -164,9 +164,17 @@ def _report_table(rep) -> str:
     return "\n".join(lines)
 
 
-async def _follow(client, workflow_id: str, out) -> None:
-    """Live progress: the run's lab notebook as it grows, and a status line now and then."""
+async def _pause(stop, seconds: float) -> None:
     import asyncio
+    import contextlib
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def _follow(client, workflow_id: str, out, stop) -> None:
+    """Live progress: the run's lab notebook as it grows, and a status line now and then, until `stop`
+    is set. It stops between queries, never inside one: a query cancelled in flight leaves the SDK's
+    core thread to call back into an interpreter that is exiting, which aborts the process."""
     import time
 
     from workflows.models import RunStatus
@@ -176,7 +184,7 @@ async def _follow(client, workflow_id: str, out) -> None:
     started = time.monotonic()
     warned = False
     handle = client.get_workflow_handle(workflow_id)  # the latest run: follows continue-as-new
-    while True:
+    while not stop.is_set():
         try:
             st = await handle.query("status", result_type=RunStatus)
         except Exception:  # between runs of a continue-as-new, or no worker has picked it up yet
@@ -184,7 +192,7 @@ async def _follow(client, workflow_id: str, out) -> None:
                 print("  (no worker has answered yet: is `marathon dev` or `python worker.py` running for this "
                       "server and task queue?)", file=out, flush=True)
                 warned = True
-            await asyncio.sleep(1.0)
+            await _pause(stop, 1.0)
             continue
         new = st.notebook
         if seen and new[: len(seen)] != seen:  # the window moved: print what we have not printed
@@ -203,15 +211,13 @@ async def _follow(client, workflow_id: str, out) -> None:
             last_line = now
         if st.phase == "finished":
             return
-        await asyncio.sleep(2.0)
+        await _pause(stop, 2.0)
 
 
 async def _run_async(args: argparse.Namespace, spec) -> int:
     import asyncio
     import contextlib
     import uuid
-
-    from temporalio.client import WorkflowFailureError
 
     import worker
     from activities.artifacts import ArtifactStore
@@ -240,21 +246,68 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
             if args.detach:
                 print(workflow_id)
                 return 0
-            follow = asyncio.create_task(_follow(client, workflow_id, out))
-            try:
-                report = await handle.result()
-            except WorkflowFailureError as exc:
-                print(f"marathon run: the run failed: {exc.cause or exc}", file=sys.stderr)
-                return 1
-            finally:
-                follow.cancel()
+            return await _report_when_done(client, workflow_id, args.json, out, "run")
         finally:
             if workers is not None:
                 await workers.shutdown()
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(worker_task, 30)
-    print(report.model_dump_json(indent=2) if args.json else _report_table(report))
+
+
+async def _report_when_done(client, workflow_id: str, as_json: bool, out, command: str) -> int:
+    """Follow a run to its end (live progress on `out`), then print its report; the exit status says
+    whether it found a kernel. `handle.result` follows continue-as-new to the last segment."""
+    import asyncio
+    import contextlib
+
+    from temporalio.client import WorkflowFailureError
+
+    from workflows.models import RunReport
+
+    handle = client.get_workflow_handle(workflow_id, result_type=RunReport)
+    stop = asyncio.Event()
+    follow = asyncio.create_task(_follow(client, workflow_id, out, stop))
+    try:
+        report = await handle.result()
+    except WorkflowFailureError as exc:
+        print(f"marathon {command}: the run failed: {exc.cause or exc}", file=sys.stderr)
+        return 1
+    finally:
+        stop.set()  # and let its last query finish (see _follow)
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(follow, 30)
+    print(report.model_dump_json(indent=2) if as_json else _report_table(report))
     return 0 if report.best is not None else 1
+
+
+async def _follow_async(args: argparse.Namespace) -> int:
+    from temporalio.service import RPCError, RPCStatusCode
+
+    import worker
+
+    out = sys.stderr if args.json else sys.stdout
+    try:
+        client = await worker.connect(args.address, args.namespace)
+        await client.get_workflow_handle(args.workflow_id).describe()
+    except RPCError as exc:
+        why = (f"no run {args.workflow_id!r} on {args.address}" if exc.status == RPCStatusCode.NOT_FOUND
+               else f"cannot reach {args.address}: {exc}")
+        print(f"marathon follow: {why}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # the client could not connect at all
+        print(f"marathon follow: cannot reach {args.address}: {exc}", file=sys.stderr)
+        return 2
+    return await _report_when_done(client, args.workflow_id, args.json, out, "follow")
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    import asyncio
+    _project_on_path()
+    try:
+        return asyncio.run(_follow_async(args))
+    except KeyboardInterrupt:  # the run goes on without us
+        print("marathon follow: stopped following (the run goes on)", file=sys.stderr)
+        return 130
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -395,6 +448,14 @@ def add_run_and_dev(sub) -> None:
     run.add_argument("--detach", action="store_true", help="start it and print its workflow id (needs --address)")
     run.add_argument("--json", action="store_true", help="print the final report as one JSON object")
     run.set_defaults(func=cmd_run)
+
+    fol = sub.add_parser("follow", help="follow a run already started (after --detach, or after a restart of the "
+                                        "server and workers) to its report")
+    fol.add_argument("--workflow-id", required=True)
+    fol.add_argument("--address", default="localhost:7233")
+    fol.add_argument("--namespace", default="default")
+    fol.add_argument("--json", action="store_true", help="print the final report as one JSON object")
+    fol.set_defaults(func=cmd_follow)
 
     dev = sub.add_parser("dev", help="the Temporal dev server (SQLite state, Web UI) and the workers")
     dev.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")

@@ -2,12 +2,14 @@
 report), and the README's `temporal workflow start` against `marathon dev`."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -76,4 +78,97 @@ def test_temporal_workflow_start_against_marathon_dev(tmp_path):
             dev.wait(timeout=30)
         except subprocess.TimeoutExpired:
             dev.kill()
+            dev.wait()
+
+
+def _start_dev(state, port: int, ui: int) -> subprocess.Popen:
+    """`marathon dev` in a process group of its own (server and workers), once its worker polls."""
+    dev = subprocess.Popen([sys.executable, "marathon.py", "dev", "--port", str(port), "--ui-port", str(ui),
+                            "--state-dir", str(state)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    line = ""
+    while "serving" not in line:
+        assert time.monotonic() < deadline and dev.poll() is None, "marathon dev did not come up"
+        line = dev.stdout.readline()
+    return dev
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                kids = [int(c) for c in (task / "children").read_text().split()]
+                found += kids
+                todo += kids
+    return found
+
+
+def _kill_everything(dev: subprocess.Popen) -> None:
+    """SIGKILL `marathon dev` and every process under it (the Temporal server runs in a session of its
+    own, and would otherwise shut down gracefully on its parent's death, holding the port a while)."""
+    victims = [dev.pid] + _descendants(dev.pid)
+    for pid in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    dev.wait()
+    for pid in victims[1:]:  # gone before the port is reused
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.1)
+
+
+def _status(addr: str, workflow_id: str) -> dict | None:
+    q = _temporal("workflow", "query", "--address", addr, "--workflow-id", workflow_id, "--name", "status", "-o", "json")
+    if q.returncode != 0:
+        return None
+    doc = json.loads(q.stdout)
+    return doc["queryResult"][0] if "queryResult" in doc else doc
+
+
+def test_run_survives_a_restart_of_server_and_workers(tmp_path):
+    """The whole `marathon dev` (server, workers, an evaluation in flight) killed with SIGKILL, then started
+    again on the same state directory: the run goes on from its event history and `marathon follow`
+    gets its report, with every tool call once. This is how a run outlives a lost machine whose state
+    directory was kept."""
+    port, ui = worker.free_port(), worker.free_port()
+    addr = f"127.0.0.1:{port}"
+    dev = _start_dev(tmp_path, port, ui)
+    try:
+        started = subprocess.run([sys.executable, "marathon.py", "run", "--address", addr, "--problem", "mla_decode",
+                                  "--device", "cpu", "--max-tool-calls", "5", "--detach", "--workflow-id", "restart-run"],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert started.returncode == 0 and started.stdout.strip().endswith("restart-run"), started.stderr
+        deadline = time.monotonic() + 300
+        while True:  # kill once the first profile is done and a later tool call is under way
+            assert time.monotonic() < deadline, "the run made no progress"
+            st = _status(addr, "restart-run")
+            if st and st["tool_calls"] >= 2:
+                break
+            time.sleep(1)
+        _kill_everything(dev)  # as a lost machine would: server, workers, the evaluation in flight
+        dev = _start_dev(tmp_path, port, ui)
+        followed = subprocess.run([sys.executable, "marathon.py", "follow", "--address", addr,
+                                   "--workflow-id", "restart-run", "--json"],
+                                  cwd=ROOT, capture_output=True, text=True, timeout=400)
+        assert followed.returncode == 0, followed.stderr[-3000:]
+        report = json.loads(followed.stdout)
+        assert report["workflow_id"] == "restart-run" and report["tool_calls"] == 5 and report["attempts"] == 3
+        assert report["best"]["verdict"]["status"] == "ok"
+        configs = [json.dumps(a["config"], sort_keys=True) for a in report["ledger"]]
+        assert len(set(configs)) == 3  # no configuration profiled twice, none lost
+        missing = subprocess.run([sys.executable, "marathon.py", "follow", "--address", addr, "--workflow-id", "nope"],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert missing.returncode == 2 and "no run 'nope'" in missing.stderr
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(dev.pid, signal.SIGINT)
+        try:
+            dev.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(dev.pid, signal.SIGKILL)
             dev.wait()
