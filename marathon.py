@@ -240,8 +240,8 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
                                            store=ArtifactStore(args.artifacts or state / "artifacts"))
             worker_task = asyncio.create_task(workers.run())
         try:
-            handle = await client.start_workflow(names.WORKFLOW_TYPE, spec, id=workflow_id, task_queue=args.task_queue,
-                                                 result_type=RunReport)
+            await client.start_workflow(names.WORKFLOW_TYPE, spec, id=workflow_id, task_queue=args.task_queue,
+                                        result_type=RunReport)
             print(f"started {workflow_id} ({spec.resolved_policy()} policy) on {address}", file=out, flush=True)
             if args.detach:
                 print(workflow_id)
