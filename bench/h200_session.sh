@@ -17,6 +17,12 @@
 #   mla-sweep      MLA tuned on the whole sweep (correctness on the GPU, timings, no baselines)
 #   kda-long       KDA tuned vs FLA at B=1,T=32768 alone (FLA only: torch_chunked is ~1 s a call there)
 #   kda-scan-speed the shipped WY scan against the transition-form scan alone (bench/kda_scan_forms.py)
+#   tuner-kda-start / tuner-kda-resume  the KDA starter's whole space across two device calls, the way
+#                  a run outlives a lost machine: the first call runs `marathon dev` (SQLite state,
+#                  one evaluation worker per GPU) and the run for up to ~8 minutes, then stops the
+#                  server and brings its state directory back as state.tgz; copy that file to
+#                  .h200-state/state.tgz here and carry .h200-state in the second call, which starts
+#                  `marathon dev` on the same state and follows the run to its report
 #   ncu            Nsight Compute: profile_kernel's path through the sandbox, then the tuned kernels'
 #                  detailed reports (stall reasons, occupancy, memory) outside it (bench/ncu_probe.py)
 out=${1:?output dir}; shift
@@ -62,6 +68,25 @@ for step in "$@"; do
     kda-long)
       timeout 200 python3 bench/evaluate_kernels.py --problem kda --kernel tuned --shape B=1,T=32768,H=32,K=128,V=128 \
         --baseline fla_chunk_kda --tag B_1_T_32768 --out "$out" ;;
+    tuner-kda-start)
+      state=/tmp/marathon-state
+      python3 marathon.py dev --state-dir "$state" --gpus auto > "$out/dev_start.log" 2>&1 & dev=$!
+      for _ in $(seq 120); do grep -q serving "$out/dev_start.log" && break; sleep 1; done
+      python3 marathon.py run --address localhost:7233 --problem kda --kernel starter --policy tuner --device cuda \
+        --hours 0.5 --workflow-id kda-h200-resumable --detach
+      timeout 470 python3 marathon.py follow --address localhost:7233 --workflow-id kda-h200-resumable --json \
+        > "$out/tuner_kda_resumable_h200.json"; echo "follow exit $?"
+      kill -TERM $dev; wait $dev
+      tar czf "$out/state.tgz" -C "$state/.." "$(basename "$state")"; ls -la "$out/state.tgz" ;;
+    tuner-kda-resume)
+      state=/tmp/marathon-state
+      tar xzf .h200-state/state.tgz -C "$(dirname "$state")"
+      python3 marathon.py dev --state-dir "$state" --gpus auto > "$out/dev_resume.log" 2>&1 & dev=$!
+      for _ in $(seq 120); do grep -q serving "$out/dev_resume.log" && break; sleep 1; done
+      timeout 520 python3 marathon.py follow --address localhost:7233 --workflow-id kda-h200-resumable --json \
+        > "$out/tuner_kda_resumable_h200.json"; echo "follow exit $?"
+      kill -TERM $dev; wait $dev
+      tar czf "$out/artifacts.tgz" -C "$state" artifacts ;;
     kda-scan-speed)
       timeout 45 python3 bench/kda_scan_forms.py speed --out "$out/kda_scan_speed.json" ;;
     ncu)
