@@ -488,5 +488,22 @@ def main(argv: list[str] | None = None) -> int:
     return args.func(args)
 
 
+def cli() -> None:
+    """The command line's entry point: main(), then out without the interpreter's finalization. After a
+    Temporal client was used, the SDK's core threads can abort an exiting interpreter ("Fatal Python
+    error: PyGILState_Release", seen with temporalio 1.35 in `marathon follow`) once the report is
+    already printed, turning success into exit status 134."""
+    import os
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse errors and --help
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

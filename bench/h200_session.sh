@@ -76,7 +76,7 @@ for step in "$@"; do
         --hours 0.5 --workflow-id kda-h200-resumable --detach
       timeout 470 python3 marathon.py follow --address localhost:7233 --workflow-id kda-h200-resumable --json \
         > "$out/tuner_kda_resumable_h200.json"; echo "follow exit $?"
-      kill -TERM $dev; wait $dev
+      kill -INT $dev; wait $dev
       tar czf "$out/state.tgz" -C "$state/.." "$(basename "$state")"; ls -la "$out/state.tgz" ;;
     tuner-kda-resume)
       state=/tmp/marathon-state
@@ -85,7 +85,7 @@ for step in "$@"; do
       for _ in $(seq 120); do grep -q serving "$out/dev_resume.log" && break; sleep 1; done
       timeout 520 python3 marathon.py follow --address localhost:7233 --workflow-id kda-h200-resumable --json \
         > "$out/tuner_kda_resumable_h200.json"; echo "follow exit $?"
-      kill -TERM $dev; wait $dev
+      kill -INT $dev; wait $dev
       tar czf "$out/artifacts.tgz" -C "$state" artifacts ;;
     kda-scan-speed)
       timeout 45 python3 bench/kda_scan_forms.py speed --out "$out/kda_scan_speed.json" ;;
