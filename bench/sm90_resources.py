@@ -1,14 +1,15 @@
-"""Registers, spills and MMA instructions of the MLA tuned stage-1 kernel compiled for sm_90, on a
+"""Registers, spills, MMA and barrier counts of shipped kernels compiled for sm_90 (MLA stage 1, KDA preparation), on a
 host without a GPU (triton's bundled ptxas and cuobjdump).
 
-    python bench/sm90_resources.py [BLOCK_H,BLOCK_N,warps,stages ...] [--out FILE]
+    python bench/sm90_resources.py [BLOCK_H,BLOCK_N,warps,stages ...] [--out FILE]      MLA stage 1
+    python bench/sm90_resources.py --kda-prep [PREP_BK,PREP_BV,warps ...] [--out FILE]  KDA preparation
 
-Prints one line per variant and writes the rows as JSON (default: bench/results/mla_decode_sm90_resources.json)."""
+Prints one line per variant and writes the rows as JSON (default: bench/results/mla_decode_sm90_resources.json,
+or kda_prep_sm90_resources.json)."""
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -19,20 +20,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 DEFAULT = ["16,32,4,3", "16,64,4,2", "16,64,8,2", "32,32,8,2", "64,64,8,2", "64,32,8,3"]
+KDA_DEFAULT = ["128,128,4", "64,128,4", "128,64,4", "128,128,8"]
 
 
-def resources(block_h: int, block_n: int, warps: int, stages: int) -> dict:
+def compiled(fn, sig: dict, consts: dict, warps: int, stages: int) -> dict:
+    """Registers, spills, MMA and barrier counts of one Triton kernel compiled for sm_90."""
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from kernels.mla_decode import tuned
-    sig = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "ws_ptr": "*fp32", "o_ptr": "*bf16", "B": "i32", "H": "i32",
-           "S": "i32", "split_len": "i32", "n_splits": "i32", "qk_scale": "fp32", "D_LAT": "constexpr",
-           "D_ROPE": "constexpr", "BLOCK_H": "constexpr", "BLOCK_N": "constexpr", "SINGLE_SPLIT": "constexpr",
-           "USE_PDL": "constexpr"}
-    consts = {"D_LAT": 512, "D_ROPE": 64, "BLOCK_H": block_h, "BLOCK_N": block_n, "SINGLE_SPLIT": False,
-              "USE_PDL": True}
-    kernel = triton.compile(triton.compiler.ASTSource(fn=tuned._mla_split_kernel, signature=sig, constexprs=consts),
+    kernel = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts),
                             target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
     tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
     with tempfile.TemporaryDirectory() as tmp:
@@ -42,21 +38,52 @@ def resources(block_h: int, block_n: int, warps: int, stages: int) -> dict:
         sass = subprocess.run([str(tools / "cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True).stdout
     reg = re.search(r"REG:(\d+)", usage)
     stack = re.search(r"STACK:(\d+)", usage)
-    return {"BLOCK_H": block_h, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages,
+    return {"num_warps": warps, "num_stages": stages,
             "registers": int(reg.group(1)) if reg else None, "stack_bytes": int(stack.group(1)) if stack else None,
             "local_ld_st": len(re.findall(r"\b(?:LDL|STL)", sass)), "hmma": len(re.findall(r"\bHMMA", sass)),
-            "hgmma": len(re.findall(r"\bHGMMA", sass)), "shared_bytes": kernel.metadata.shared}
+            "hgmma": len(re.findall(r"\bHGMMA", sass)), "barriers": len(re.findall(r"\bBAR\.", sass)),
+            "shared_bytes": kernel.metadata.shared}
+
+
+def resources(block_h: int, block_n: int, warps: int, stages: int) -> dict:
+    """MLA stage 1 at one tile shape."""
+    from kernels.mla_decode import tuned
+    sig = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "ws_ptr": "*fp32", "o_ptr": "*bf16", "B": "i32", "H": "i32",
+           "S": "i32", "split_len": "i32", "n_splits": "i32", "qk_scale": "fp32", "D_LAT": "constexpr",
+           "D_ROPE": "constexpr", "BLOCK_H": "constexpr", "BLOCK_N": "constexpr", "SINGLE_SPLIT": "constexpr",
+           "USE_PDL": "constexpr"}
+    consts = {"D_LAT": 512, "D_ROPE": 64, "BLOCK_H": block_h, "BLOCK_N": block_n, "SINGLE_SPLIT": False,
+              "USE_PDL": True}
+    return {"BLOCK_H": block_h, "BLOCK_N": block_n, **compiled(tuned._mla_split_kernel, sig, consts, warps, stages)}
+
+
+def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int) -> dict:
+    """The KDA preparation kernel at K = V = 128 (bf16 inputs, fp32 gates)."""
+    from kernels.kda import tuned
+    sig = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}
+    sig.update({"g_ptr": "*fp32", "beta_ptr": "*bf16"})
+    sig.update({n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")})
+    sig.update({"gl_ptr": "*fp32", "T": "i32", "H": "i32", "K": "i32", "V": "i32", "NT": "i32", "scale": "fp32"})
+    sig.update({n: "constexpr" for n in ("BT", "SUB", "BK", "BVP", "PREP_BK", "PREP_BV")})
+    consts = {"BT": 64, "SUB": 16, "BK": 128, "BVP": 128, "PREP_BK": prep_bk, "PREP_BV": prep_bv}
+    return {"kernel": "_kda_prep", "PREP_BK": prep_bk, "PREP_BV": prep_bv,
+            **compiled(tuned._kda_prep, sig, consts, warps, 1)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("variants", nargs="*", default=DEFAULT)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "mla_decode_sm90_resources.json"))
+    ap.add_argument("variants", nargs="*", default=None)
+    ap.add_argument("--kda-prep", action="store_true",
+                    help="the KDA preparation kernel instead; variants are PREP_BK,PREP_BV,warps")
+    ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import triton
+    name = "kda_prep" if args.kda_prep else "mla_decode"
+    args.out = args.out or str(ROOT / "bench" / "results" / f"{name}_sm90_resources.json")
+    measure = kda_prep_resources if args.kda_prep else resources
     rows = []
-    for v in args.variants:
-        row = resources(*(int(x) for x in v.split(",")))
+    for v in args.variants or (KDA_DEFAULT if args.kda_prep else DEFAULT):
+        row = measure(*(int(x) for x in v.split(",")))
         rows.append(row)
         print(json.dumps(row), flush=True)
     Path(args.out).write_text(json.dumps({"triton": triton.__version__, "target": "cuda sm_90", "rows": rows}, indent=1))
