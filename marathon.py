@@ -134,7 +134,7 @@ def spec_from_args(args: argparse.Namespace):
                                    target_speedup=args.target_speedup),
                    eval=EvalSettings(device=args.device, shapes=args.shapes,
                                      shape_list=[spec.shape(parse_shape(s)) for s in args.shape],
-                                     timeout_s=args.timeout),
+                                     timeout_s=args.timeout, parallel=args.parallel),
                    hints=list(args.hint), compact_every=args.compact_every, context_budget=args.context_budget,
                    gpu_task_queue=args.gpu_task_queue)
 
@@ -427,6 +427,9 @@ def _add_spec_flags(run) -> None:
                      help="default: smoke on the CPU, bench on CUDA")
     run.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE,...")
     run.add_argument("--timeout", type=float, default=600.0, help="wall-clock seconds for one candidate's process")
+    run.add_argument("--parallel", type=int, default=1,
+                     help="tuner: configurations profiled at once, one per GPU worker (`marathon dev --gpus auto` "
+                          "starts one per GPU; an embedded run has one)")
     run.add_argument("--hint", action="append", default=[], help="a hint for the model (repeatable)")
     run.add_argument("--compact-every", type=int, default=40, help="tool calls between compactions")
     run.add_argument("--context-budget", type=int, default=48000, help="tokens a prompt may use")

@@ -19,7 +19,8 @@
 #   kda-scan-speed the shipped WY scan against the transition-form scan alone (bench/kda_scan_forms.py)
 #   tuner-kda-start / tuner-kda-resume  the KDA starter's whole space across two device calls, the way
 #                  a run outlives a lost machine: the first call runs `marathon dev` (SQLite state,
-#                  one evaluation worker per GPU) and the run for up to ~8 minutes, then stops the
+#                  one evaluation worker per GPU, as many configurations at once as GPUs: on
+#                  nvidia-h200-x2 the whole space may fit this one call) and the run for up to ~8 minutes, then stops the
 #                  server and brings its state directory back as state.tgz; copy that file to
 #                  .h200-state/state.tgz here and carry .h200-state in the second call, which starts
 #                  `marathon dev` on the same state and follows the run to its report
@@ -73,7 +74,7 @@ for step in "$@"; do
       python3 marathon.py dev --state-dir "$state" --gpus auto > "$out/dev_start.log" 2>&1 & dev=$!
       for _ in $(seq 120); do grep -q serving "$out/dev_start.log" && break; sleep 1; done
       python3 marathon.py run --address localhost:7233 --problem kda --kernel starter --policy tuner --device cuda \
-        --hours 0.5 --workflow-id kda-h200-resumable --detach
+        --hours 0.5 --parallel "$(nvidia-smi -L | wc -l)" --workflow-id kda-h200-resumable --detach
       timeout 470 python3 marathon.py follow --address localhost:7233 --workflow-id kda-h200-resumable --json \
         > "$out/tuner_kda_resumable_h200.json"; echo "follow exit $?"
       kill -INT $dev; wait $dev

@@ -20,7 +20,7 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*_segment*.json")
 
 def test_histories_are_recorded():
     names = {p.name for p in HISTORIES}
-    assert {"llm_segment0.json", "llm_segment1.json", "tuner_segment0.json"} <= names
+    assert {"llm_segment0.json", "llm_segment1.json", "tuner_segment0.json", "tuner_parallel_segment0.json"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

@@ -13,6 +13,7 @@ across continue-as-new, so the event history is the run's log and crash recovery
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from datetime import timedelta
@@ -376,53 +377,69 @@ class KernelOptimization:
         if st.budget_tool_calls - st.tool_calls < 2:
             st.stop_reason = f"tool-call budget spent ({st.tool_calls} of {st.budget_tool_calls}; a configuration takes 2)"
             return
-        cfg = next_config(setup.tunables, st.tuner.trials, setup.config)
-        if cfg is None:
-            st.tuner.exhausted = True
+        # write up to `parallel` untried configurations, then profile them at once (one per GPU worker)
+        written: list[tuple[TunerTrial, int, SourceRef]] = []
+        while len(written) < self.spec.eval.parallel and st.budget_tool_calls - st.tool_calls >= 2:
+            cfg = next_config(setup.tunables, st.tuner.trials, setup.config)
+            if cfg is None:
+                st.tuner.exhausted = not written
+                break
+            trial = TunerTrial(key=config_key(cfg), config=cfg)
+            st.tuner.trials.append(trial)
+            try:
+                source = with_config(setup.start.text, cfg)
+            except TunablesError as exc:
+                trial.status = "write_failed"
+                await self._notebook(f"tuner: cannot write {_fmt_cfg(cfg)}: {exc}")
+                continue
+            tried = len(st.tuner.trials)
+            thought = f"tuner: configuration {tried} of {space_size(setup.tunables)}: {_fmt_cfg(cfg)}"
+            await self._tool("write_kernel", {"source": source}, call_id=f"tuner-{tried}-write", thought=thought,
+                             origin="tuner")
+            a = st.attempt(st.current) if st.current is not None else None
+            if a is None or a.origin != "tuner" or a.config != cfg:
+                trial.status = "write_failed"
+                continue
+            trial.attempt = a.n
+            written.append((trial, a.n, st.current_source))
+        if not written:
             return
-        trial = TunerTrial(key=config_key(cfg), config=cfg)
-        st.tuner.trials.append(trial)
-        try:
-            source = with_config(setup.start.text, cfg)
-        except TunablesError as exc:
-            trial.status = "write_failed"
-            await self._notebook(f"tuner: cannot write {_fmt_cfg(cfg)}: {exc}")
-            return
-        tried = len(st.tuner.trials)
-        thought = f"tuner: configuration {tried} of {space_size(setup.tunables)}: {_fmt_cfg(cfg)}"
-        await self._tool("write_kernel", {"source": source}, call_id=f"tuner-{tried}-write", thought=thought,
-                         origin="tuner")
-        a = st.attempt(st.current) if st.current is not None else None
-        if a is None or a.origin != "tuner" or a.config != cfg:
-            trial.status = "write_failed"
-            return
-        trial.attempt = a.n
         await self._wait_if_paused()
-        await self._tool("profile_kernel", {}, call_id=f"tuner-{tried}-profile", thought=thought)
-        e = a.evals[-1] if a.evals else None
-        trial.status = e.status if e else "crashed"
-        trial.latency_us = e.latency_us if e else None
-        trial.speedup = e.speedup if e else None
+
+        async def profile(trial: TunerTrial, n: int, source: SourceRef) -> None:
+            tried = st.tuner.trials.index(trial) + 1
+            thought = f"tuner: configuration {tried} of {space_size(setup.tunables)}: {_fmt_cfg(trial.config)}"
+            await self._tool("profile_kernel", {}, call_id=f"tuner-{tried}-profile", thought=thought,
+                             target=(n, source))
+            e = st.attempts[n].evals[-1] if st.attempts[n].evals else None
+            trial.status = e.status if e else "crashed"
+            trial.latency_us = e.latency_us if e else None
+            trial.speedup = e.speedup if e else None
+
+        await asyncio.gather(*(profile(*w) for w in written))
 
     # ------------------------------------------------------------------------------ tools
-    async def _tool(self, name: str, arguments: Any, *, call_id: str, thought: str = "", origin: str = "") -> str:
-        """Run one tool call as one activity; record it in the ledger; return what the model reads."""
-        st, spec = self.state, self.spec
-        seq = st.tool_calls + 1
+    async def _tool(self, name: str, arguments: Any, *, call_id: str, thought: str = "", origin: str = "",
+                    target: tuple[int, SourceRef] | None = None) -> str:
+        """Run one tool call as one activity; record it in the ledger; return what the model reads.
+        `target` (an attempt and its source) lets an evaluation run beside others on an attempt other
+        than the current one; its number is taken when it starts, so calls in flight together differ."""
+        st = self.state
+        st.tool_calls += 1
+        seq = st.tool_calls
         args, error = parse_call(name, arguments)
-        attempt: int | None = st.current
+        attempt: int | None = target[0] if target else st.current
         if error is not None:
             text, ok = error, False
         else:
             self.step = f"tool call {seq}: {name}"
             try:
-                text, ok, attempt = await self._run_tool(name, args, seq, thought, origin)
+                text, ok, attempt = await self._run_tool(name, args, seq, thought, origin, target)
             except ActivityError as err:
                 cause = err.cause or err
                 text = (f"infrastructure error: {name} failed after its retries ({_short(str(cause), 400)}). "
                         f"Nothing was learned about the kernel; you may try again.")
                 ok = False
-        st.tool_calls = seq
         st.calls_since_compaction += 1
         st.ledger.append(ToolCallRecord(seq=seq, tool=name, call_id=call_id, attempt=attempt, ok=ok,
                                         summary=_short(text.splitlines()[0] if text else "")))
@@ -453,7 +470,8 @@ class KernelOptimization:
             bits.append(_fmt_cfg(a.config))
         return " (" + "; ".join(bits) + ")"
 
-    async def _run_tool(self, name: str, args: Any, seq: int, thought: str, origin: str) -> tuple[str, bool, int | None]:
+    async def _run_tool(self, name: str, args: Any, seq: int, thought: str, origin: str,
+                        target: tuple[int, SourceRef] | None = None) -> tuple[str, bool, int | None]:
         st, spec = self.state, self.spec
         setup = st.setup
         cap = spec.tool_output_cap
@@ -483,12 +501,12 @@ class KernelOptimization:
             return res.text, True, n
 
         if name in EVAL_TOOLS:
-            n = st.current
+            n, source = target if target else (st.current, st.current_source)
             verb = name.removesuffix("_kernel")
             best = f"; best {st.best.speedup:.3g}x @ {st.best.attempt}" if st.best and st.best.speedup else ""
             settings = spec.eval if st.policy == "llm" else spec.eval.model_copy(update={"ncu": False})
             res_e: EvalResult = await workflow.execute_activity(  # (the tuner reads no Nsight metrics)
-                name, EvalInput(tool=name, problem=setup.problem, attempt=n, source=st.current_source,
+                name, EvalInput(tool=name, problem=setup.problem, attempt=n, source=source,
                                 settings=settings, output_cap=cap),
                 result_type=EvalResult, **self._opts(f"{verb} attempt {n}{self._context(n)}{best}", gpu=True))
             d = res_e.digest.model_copy(update={"tool_call": seq})

@@ -60,6 +60,9 @@ class EvalSettings(BaseModel):
     ncu: bool = True  # Nsight Compute metrics on profile_kernel, where `ncu` is on the GPU worker's PATH
     heartbeat_timeout_s: float = 30.0  # a dead GPU worker's evaluation moves elsewhere after this
     max_attempts: int = 3  # infrastructure retries of one evaluation
+    # tuner: configurations profiled at once. Set it to the number of GPU workers serving the run's
+    # GPU queue (`marathon dev --gpus auto` starts one per GPU); each takes one evaluation at a time.
+    parallel: int = Field(default=1, ge=1, le=64)
 
 
 class RunSpec(BaseModel):

@@ -1,11 +1,13 @@
 """Record the workflow histories the replay test (tests/test_workflow_replay.py) runs through Temporal's
 Replayer. Re-record after an intended change to the workflow's decisions, and say so in the commit:
 
-    .venv/bin/python tests/histories/record.py
+    .venv/bin/python tests/histories/record.py [llm] [tuner] [tuner_parallel]   (default: all)
 
 It runs, against a fresh dev server and a fake model endpoint: an llm run of a few turns with a
-compaction, a hint (an update) and a continue-as-new hop; and a short tuner run. Each run segment's
-history is written as JSON next to this file."""
+compaction, a hint (an update) and a continue-as-new hop; a short tuner run; and a tuner run that
+profiles two configurations at once on two evaluation workers. Each run segment's history is written
+as JSON next to this file. Naming runs re-records only those (keeping older recordings replayed
+against newer code is what tells a change apart that would break runs in flight)."""
 from __future__ import annotations
 
 import asyncio
@@ -35,33 +37,52 @@ def script(turn, delivery, request):
     return completion(f"turn {turn}", SCRIPT.get(turn, [("list_attempts", {})]), turn=turn)
 
 
-async def record(address: str, tmp: Path) -> None:
+async def record(address: str, tmp: Path, runs: set[str]) -> None:
     tq, gq = queues()
+
+    async def keep(client, handle, name: str) -> None:
+        await handle.result()
+        for i, seg in enumerate(await segments(client, handle.id, handle.result_run_id)):
+            (HERE / f"{name}_segment{i}.json").write_text(seg["history"].to_json())
+
     with FakeOpenAI(script) as fake:
-        async with workers(address, tq, gq, tmp / "artifacts") as client:
+        async with workers(address, tq, gq, tmp / "artifacts") as client, \
+                workers(address, tq, gq, tmp / "artifacts-2", control=False):
+            if "tuner_parallel" in runs:
+                both = RunSpec(problem="mla_decode", budgets=Budgets(max_tool_calls=5),
+                               eval=EvalSettings(device="cpu", parallel=2), gpu_task_queue=gq)
+                await keep(client, await start(client, both, tq, workflow_id="replay-tuner-parallel"), "tuner_parallel")
+            if "llm" not in runs and "tuner" not in runs:
+                return
             llm = RunSpec(problem="mla_decode", model=ModelSettings(model="fake", base_url=fake.base_url, api_key_env=""),
                           budgets=Budgets(max_tool_calls=9), eval=EvalSettings(device="cpu"), gpu_task_queue=gq,
                           continue_as_new_every=2, compact_every=4)
-            handle = await start(client, llm, tq, workflow_id="replay-llm")
-            while not any(s.turn == 2 for s in fake.seen):
-                await asyncio.sleep(0.2)
-            await client.get_workflow_handle("replay-llm").execute_update("hint", "try BLOCK_S=64")
-            await handle.result()
-            for i, seg in enumerate(await segments(client, handle.id, handle.result_run_id)):
-                (HERE / f"llm_segment{i}.json").write_text(seg["history"].to_json())
-            tuner = RunSpec(problem="mla_decode", budgets=Budgets(max_tool_calls=3), eval=EvalSettings(device="cpu"),
-                            gpu_task_queue=gq)
-            handle = await start(client, tuner, tq, workflow_id="replay-tuner")
-            await handle.result()
-            for i, seg in enumerate(await segments(client, handle.id, handle.result_run_id)):
-                (HERE / f"tuner_segment{i}.json").write_text(seg["history"].to_json())
+            if "llm" in runs:
+                handle = await start(client, llm, tq, workflow_id="replay-llm")
+                while not any(s.turn == 2 for s in fake.seen):
+                    await asyncio.sleep(0.2)
+                await client.get_workflow_handle("replay-llm").execute_update("hint", "try BLOCK_S=64")
+                await keep(client, handle, "llm")
+            if "tuner" in runs:
+                tuner = RunSpec(problem="mla_decode", budgets=Budgets(max_tool_calls=3),
+                                eval=EvalSettings(device="cpu"), gpu_task_queue=gq)
+                await keep(client, await start(client, tuner, tq, workflow_id="replay-tuner"), "tuner")
+
+
+RUNS = ("llm", "tuner", "tuner_parallel")
 
 
 def main() -> int:
-    for old in HERE.glob("*_segment*.json"):
-        old.unlink()
+    runs = set(sys.argv[1:]) or set(RUNS)
+    unknown = runs - set(RUNS)
+    if unknown:
+        print(f"record.py: no run named {', '.join(sorted(unknown))} (runs: {', '.join(RUNS)})", file=sys.stderr)
+        return 2
+    for name in runs:
+        for old in HERE.glob(f"{name}_segment*.json"):
+            old.unlink()
     with worker.DevServer() as srv, tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(record(srv.address, Path(tmp)))
+        asyncio.run(record(srv.address, Path(tmp), runs))
     for p in sorted(HERE.glob("*.json")):
         print(p.name, p.stat().st_size)
     return 0
