@@ -68,6 +68,10 @@ def evaluate(request: EvalRequest, *, heartbeat: Callable[[], None] | None = Non
         req_path.write_text(request.model_dump_json())
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+        # the baselines' Triton autotuning (FLA's: most of a KDA baseline's minute and a half) is kept on
+        # disk, so a fresh judge process re-times a baseline without re-tuning it; the candidate's
+        # process does not inherit this (kernels/judge.py candidate_env)
+        env.setdefault("TRITON_CACHE_AUTOTUNING", "1")
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "kernels.judge", str(req_path), str(out_path)],

@@ -80,6 +80,9 @@ def candidate_env(device: str, scratch: Path, token: str) -> dict[str, str]:
         "MARATHON_SANDBOX": token,  # marks every process of this sandbox, for the watchdog and the cleanup
     })
     env.pop("TRITON_INTERPRET", None)
+    # a candidate autotunes afresh: its cache directory is shared with other candidates, and a cached
+    # pick from one of them must not steer another (the judge's own baselines do cache, elsewhere)
+    env.pop("TRITON_CACHE_AUTOTUNING", None)
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     return env

@@ -141,3 +141,15 @@ def test_stacked_reference_equals_one_run_per_call(problem, shape):
         alone = judge.reference.reference(**judge.reference.make_inputs(shape, seed, "cpu", judge.dtype))
         assert ref.shape == alone.shape
         torch.testing.assert_close(ref, alone, rtol=1e-5, atol=1e-5)
+
+
+def test_candidate_environment(monkeypatch, tmp_path):
+    # what the judge passes on to a candidate's process: no secrets, no cached autotuning picks
+    from kernels.judge import candidate_env
+    monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "1")
+    monkeypatch.setenv("TRITON_API_KEY", "sk-123")
+    monkeypatch.setenv("CUDA_HOME", "/opt/cuda")
+    env = candidate_env("cuda", tmp_path, "token")
+    assert "TRITON_CACHE_AUTOTUNING" not in env and "TRITON_API_KEY" not in env
+    assert env["CUDA_HOME"] == "/opt/cuda" and env["HOME"] == str(tmp_path) and "TRITON_INTERPRET" not in env
+    assert candidate_env("cpu", tmp_path, "token")["TRITON_INTERPRET"] == "1"
