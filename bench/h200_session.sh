@@ -13,7 +13,7 @@
 # (the tuner steps keep their artifact store, every full verdict with its flags, under $OUT/artifacts)
 #   tuner-mla-all  the MLA starter's whole space (12 configurations; stops when exhausted)
 #   tuner-kda-all  the KDA starter's whole space (16 configurations; stops when exhausted)
-#   kda-shapes     KDA tuned vs FLA at the three headline shapes, one evaluation per shape
+#   kda-shapes     KDA tuned vs FLA at the three headline shapes, one evaluation per shape (FLA only)
 #   mla-sweep      MLA tuned on the whole sweep (correctness on the GPU, timings, no baselines)
 #   kda-long       KDA tuned vs FLA at B=1,T=32768 alone (FLA only: torch_chunked is ~1 s a call there)
 #   kda-scan-speed the shipped WY scan against the transition-form scan alone (bench/kda_scan_forms.py)
@@ -26,6 +26,9 @@
 #                  `marathon dev` on the same state and follows the run to its report
 #   ncu            Nsight Compute: profile_kernel's path through the sandbox, then the tuned kernels'
 #                  detailed reports (stall reasons, occupancy, memory) outside it (bench/ncu_probe.py)
+# Plan for session 5 (30 device minutes): (1) tuner-kda-start, on nvidia-h200-x2 if lent (two
+# configurations at once; the whole space may then fit), (2) tuner-kda-resume if (1) did not finish,
+# then kda-shapes (the SCAN_BV=32 CONFIG end to end against FLA), (3) ncu.
 out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc
@@ -61,7 +64,7 @@ for step in "$@"; do
     kda-shapes)
       for shape in B=1,T=8192 B=8,T=4096 B=1,T=32768; do
         timeout 200 python3 bench/evaluate_kernels.py --problem kda --kernel tuned --shape "$shape,H=32,K=128,V=128" \
-          --tag "${shape//[=,]/_}" --out "$out"
+          --baseline fla_chunk_kda --tag "${shape//[=,]/_}" --out "$out"
       done ;;
     mla-sweep)
       timeout 170 python3 marathon.py eval --problem mla_decode --kernel tuned --device cuda --shapes sweep \
