@@ -697,46 +697,43 @@ class Judge:
         where = {i: name for name in phases for i in phases[name]}
         saved = sandbox.request({"op": "save_timed", "indices": sorted(picked), "dir": str(sandbox.workdir)}, "saved")
         order = sorted(picked)
-        for group in self._stackable(shape, order):
-            refs = self._references(shape, [seed_offset + i for i in group])
-            for i, ref in zip(group, refs):
-                path = saved["files"].get(str(i))
-                if path is None:
-                    raise Outcome("incorrect", f"timed call {i} ({where.get(i)}) returned no usable output")
-                out = torch.load(path, weights_only=True)
-                Path(path).unlink(missing_ok=True)
-                rel, max_abs, finite = compare(out, ref)
-                bound = self.tolerance.abs_frac * ref.abs().max().item()
-                if not finite or rel > self.tolerance.rel or max_abs > bound:
-                    why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
-                    raise Outcome("incorrect", f"the output of timed call {i} ({where.get(i)} phase, fresh inputs in "
-                                  f"refilled buffers) at {_fmt(shape)} is wrong ({why}): outputs of timed calls are "
-                                  "re-checked, so cached, replayed or skipped work fails here")
-                del out
-            del refs
+        for i, ref in zip(order, self._references(shape, [seed_offset + i for i in order])):
+            path = saved["files"].get(str(i))
+            if path is None:
+                raise Outcome("incorrect", f"timed call {i} ({where.get(i)}) returned no usable output")
+            out = torch.load(path, weights_only=True)
+            Path(path).unlink(missing_ok=True)
+            rel, max_abs, finite = compare(out, ref)
+            bound = self.tolerance.abs_frac * ref.abs().max().item()
+            if not finite or rel > self.tolerance.rel or max_abs > bound:
+                why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
+                raise Outcome("incorrect", f"the output of timed call {i} ({where.get(i)} phase, fresh inputs in "
+                              f"refilled buffers) at {_fmt(shape)} is wrong ({why}): outputs of timed calls are "
+                              "re-checked, so cached, replayed or skipped work fails here")
+            del out, ref
 
-    def _stackable(self, shape, calls: list[int]) -> list[list[int]]:
-        """The calls in groups whose inputs one reference run can take together: stacked along the
-        problem's batch dimension, at most ~1 GB of inputs at a time (one call per group if the
-        problem has no batch dimension). The reference of a KDA call is thousands of small launches,
-        so one run for six calls instead of six runs saves seconds per evaluation."""
-        if self.spec.batch_dim is None or not calls:
-            return [[i] for i in calls]
-        sample = self.reference.make_inputs(shape, 0, self.device, self.dtype)
-        per_call = sum(v.numel() * v.element_size() for v in sample.values() if isinstance(v, torch.Tensor))
-        del sample
-        size = max(1, min(len(calls), 2**30 // max(per_call, 1)))
-        return [calls[k:k + size] for k in range(0, len(calls), size)]
-
-    def _references(self, shape, seeds: list[int]) -> list[torch.Tensor]:
-        """The reference outputs for the inputs of these seeds, from one stacked run when there are several."""
-        sets = [self.reference.make_inputs(shape, seed, self.device, self.dtype) for seed in seeds]
-        if len(sets) == 1:
-            return [self.reference.reference(**sets[0])]
-        stacked = {k: torch.cat([x[k] for x in sets]) if isinstance(v, torch.Tensor) else v
-                   for k, v in sets[0].items()}
-        del sets
-        return list(self.reference.reference(**stacked).split(shape[self.spec.batch_dim]))
+    def _references(self, shape, seeds: list[int]):
+        """The reference outputs for the inputs of these seeds, in order. Where the problem has a batch
+        dimension, inputs are stacked along it and run through the reference together, up to ~1 GB of
+        inputs at a time: the reference of a KDA call is thousands of small launches, so one run for six
+        calls instead of six saves seconds per evaluation."""
+        stack: list[dict] = []
+        size = 0
+        for k, seed in enumerate(seeds):
+            inputs = self.reference.make_inputs(shape, seed, self.device, self.dtype)
+            if self.spec.batch_dim is None:
+                yield self.reference.reference(**inputs)
+                continue
+            stack.append(inputs)
+            size += sum(v.numel() * v.element_size() for v in inputs.values() if isinstance(v, torch.Tensor))
+            if size >= 2**30 or k == len(seeds) - 1:
+                if len(stack) == 1:
+                    yield self.reference.reference(**stack[0])
+                else:
+                    stacked = {name: torch.cat([x[name] for x in stack]) if isinstance(v, torch.Tensor) else v
+                               for name, v in stack[0].items()}
+                    yield from self.reference.reference(**stacked).split(shape[self.spec.batch_dim])
+                stack, size = [], 0
 
     def _wall_check(self, result: ShapeResult, shape, wall_us: float) -> None:
         """Event time against the wall clock of a call between two full device synchronisations."""

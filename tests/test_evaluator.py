@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -134,11 +135,18 @@ def test_stacked_reference_equals_one_run_per_call(problem, shape):
     # the judge re-checks several timed calls with one reference run over their stacked inputs
     from kernels.judge import Judge
     judge = Judge(EvalRequest(problem=problem, source="", device="cpu"))
+    module = judge.reference
+    runs = []
+
+    def counted(**inputs):
+        runs.append(inputs)
+        return module.reference(**inputs)
+    judge.reference = SimpleNamespace(make_inputs=module.make_inputs, reference=counted)
     seeds = [11, 12, 13, 14]
-    assert judge._stackable(shape, [0, 1, 2, 3]) == [[0, 1, 2, 3]]
-    stacked = judge._references(shape, seeds)
+    stacked = list(judge._references(shape, seeds))
+    assert len(runs) == 1 and len(stacked) == 4  # four calls' inputs, one reference run
     for seed, ref in zip(seeds, stacked):
-        alone = judge.reference.reference(**judge.reference.make_inputs(shape, seed, "cpu", judge.dtype))
+        alone = module.reference(**module.make_inputs(shape, seed, "cpu", judge.dtype))
         assert ref.shape == alone.shape
         torch.testing.assert_close(ref, alone, rtol=1e-5, atol=1e-5)
 
