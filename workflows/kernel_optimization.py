@@ -378,7 +378,7 @@ class KernelOptimization:
             st.stop_reason = f"tool-call budget spent ({st.tool_calls} of {st.budget_tool_calls}; a configuration takes 2)"
             return
         # write up to `parallel` untried configurations, then profile them at once (one per GPU worker)
-        written: list[tuple[TunerTrial, int, SourceRef]] = []
+        written: list[tuple[TunerTrial, int, str, int, SourceRef]] = []  # trial, its number, thought, attempt, source
         while len(written) < self.spec.eval.parallel and st.budget_tool_calls - st.tool_calls >= 2:
             cfg = next_config(setup.tunables, st.tuner.trials, setup.config)
             if cfg is None:
@@ -401,16 +401,13 @@ class KernelOptimization:
                 trial.status = "write_failed"
                 continue
             trial.attempt = a.n
-            written.append((trial, a.n, st.current_source))
+            written.append((trial, tried, thought, a.n, st.current_source))
         if not written:
             return
         await self._wait_if_paused()
 
-        async def profile(trial: TunerTrial, n: int, source: SourceRef) -> None:
-            tried = st.tuner.trials.index(trial) + 1
-            thought = f"tuner: configuration {tried} of {space_size(setup.tunables)}: {_fmt_cfg(trial.config)}"
-            await self._tool("profile_kernel", {}, call_id=f"tuner-{tried}-profile", thought=thought,
-                             target=(n, source))
+        async def profile(trial: TunerTrial, tried: int, thought: str, n: int, source: SourceRef) -> None:
+            await self._tool("profile_kernel", {}, call_id=f"tuner-{tried}-profile", thought=thought, target=(n, source))
             e = st.attempts[n].evals[-1] if st.attempts[n].evals else None
             trial.status = e.status if e else "crashed"
             trial.latency_us = e.latency_us if e else None

@@ -57,7 +57,7 @@ class EvalSettings(BaseModel):
     seeds: int = 3
     reps: int | None = None
     baselines: bool = True
-    ncu: bool = True  # Nsight Compute metrics on profile_kernel, where `ncu` is on the GPU worker's PATH
+    ncu: bool = True  # Nsight Compute metrics on profile_kernel, where the GPU worker has ncu (evaluation.ncu_path)
     heartbeat_timeout_s: float = 30.0  # a dead GPU worker's evaluation moves elsewhere after this
     max_attempts: int = 3  # infrastructure retries of one evaluation
     # tuner: configurations profiled at once. Set it to the number of GPU workers serving the run's
