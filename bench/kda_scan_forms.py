@@ -99,12 +99,15 @@ def scan_wy(w, u0, qg, kd, M, gl, T):
     return torch.cat(out, 1)[:, :T].transpose(0, 1)
 
 
+def transition_operands(w, u0, qg, kd, M, dtype=torch.float32):
+    """C = -kd^T w, D = kd^T u0, Q' = qg - M w, O0 = M u0 ([H, N, *]) from the chunk terms, in `dtype`."""
+    kdt = kd.transpose(-1, -2)
+    return (x.to(dtype) for x in (-(kdt @ w), kdt @ u0, qg - M @ w, M @ u0))
+
+
 def scan_transition(w, u0, qg, kd, M, gl, T):
     w, u0, qg, kd, M = (bf(x) for x in (w, u0, qg, kd, M))  # the preparation's stored operands
-    C = bf(-(kd.transpose(-1, -2) @ w))
-    D = bf(kd.transpose(-1, -2) @ u0)
-    Qp = bf(qg - M @ w)
-    O0 = bf(M @ u0)
+    C, D, Qp, O0 = (bf(x) for x in transition_operands(w, u0, qg, kd, M, torch.float64))
     H, n, _, K = w.shape
     S = torch.zeros(H, K, u0.shape[-1], dtype=torch.float64)
     out = []
@@ -146,19 +149,12 @@ def _scan_transition(c_ptr, d_ptr, qp_ptr, o0_ptr, gl_ptr, o_ptr, T, H, V, NT,
         S = tl.dot(cmat, s, acc=S * gl[:, None] + d)
 
 
-def transition_operands(w, u0, qg, kd, M, gl, dtype=torch.float32):
-    """C, D, Q', O0 ([H, N, *]) from the chunk terms, rounded like a preparation kernel would store them."""
-    C = -(kd.transpose(-1, -2) @ w)
-    D = kd.transpose(-1, -2) @ u0
-    return (x.to(dtype) for x in (C, D, qg - M @ w, M @ u0))
-
-
 def scan_transition_triton(w, u0, qg, kd, M, gl, T):
     """The kernel above on [H, N, BT, *] chunk terms of one sequence (the interpreter on the CPU):
     [T, H, V] fp32, to be compared with scan_transition's emulation."""
     H, n, bt, K = w.shape
     V = u0.shape[-1]
-    C, D, Qp, O0 = transition_operands(w, u0, qg, kd, M, gl)
+    C, D, Qp, O0 = transition_operands(w, u0, qg, kd, M)
     o = torch.empty(1, T, H, V)
     _scan_transition[(H, 1)](C.contiguous(), D.contiguous(), Qp.reshape(H, n * bt, K).contiguous(),
                              O0.reshape(H, n * bt, V).contiguous(), gl.float().contiguous(), o, T, H, V, n,

@@ -325,7 +325,6 @@ def study(out_dir: Path, device: str = "cuda") -> dict:
     before 2026-12-02 and what triton.testing.do_bench does). CUDA graphs, median of 30."""
     import torch
     import triton
-    import triton.language as tl
     from kernels.mla_decode import baselines
 
     @triton.jit
@@ -336,6 +335,7 @@ def study(out_dir: Path, device: str = "cuda") -> dict:
     mod.CONFIG.clear()
     mod.CONFIG.update(base_config())
     x = torch.empty(16, device=device)
+    timers = {mode: Timer(device, flush=mode) for mode in ("read", "write")}  # one flush buffer each
     rows: dict[str, dict] = {}
     for shape in (BENCH, EXTRA):
         inp = _inputs(shape, seed=1, device=device)
@@ -354,9 +354,9 @@ def study(out_dir: Path, device: str = "cuda") -> dict:
             if name in rows:
                 continue
             rows[name] = {}
-            for mode in ("read", "write"):
+            for mode, timer in timers.items():
                 try:
-                    rows[name][mode] = round(Timer(device, flush=mode).graph_us(fn), 2)
+                    rows[name][mode] = round(timer.graph_us(fn), 2)
                 except Exception as exc:  # a yardstick that cannot be captured is reported, not fatal
                     rows[name][mode] = f"{type(exc).__name__}: {str(exc)[:120]}"
             print(f"  {name:<32} read flush {rows[name]['read']!s:>9} us   write flush {rows[name]['write']!s:>9} us",
