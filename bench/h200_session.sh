@@ -26,9 +26,8 @@
 #                  `marathon dev` on the same state and follows the run to its report
 #   ncu            Nsight Compute: profile_kernel's path through the sandbox, then the tuned kernels'
 #                  detailed reports (stall reasons, occupancy, memory) outside it (bench/ncu_probe.py)
-# Plan for session 5 (30 device minutes): (1) tuner-kda-start, on nvidia-h200-x2 if lent (two
-# configurations at once; the whole space may then fit), (2) tuner-kda-resume if (1) did not finish,
-# then kda-shapes (the SCAN_BV=32 CONFIG end to end against FLA), (3) ncu.
+# Session 5 (30 device minutes, one GPU lent): (1) kda-shapes + ncu (the SCAN_BV=32 CONFIG end to
+# end against FLA; where the preparation's time goes), (2) tuner-kda-start, (3) tuner-kda-resume.
 out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc
@@ -94,7 +93,8 @@ for step in "$@"; do
     kda-scan-speed)
       timeout 45 python3 bench/kda_scan_forms.py speed --out "$out/kda_scan_speed.json" ;;
     ncu)
-      timeout 500 python3 bench/ncu_probe.py --out "$out" ;;
+      # KDA first: its preparation is the kernel whose bound we need to know (issue 7)
+      timeout 300 python3 bench/ncu_probe.py --out "$out" --problem kda --problem mla_decode ;;
   esac
 done
 echo "=== done $(date -u +%H:%M:%S)"
