@@ -24,10 +24,14 @@
 #                  server and brings its state directory back as state.tgz; copy that file to
 #                  .h200-state/state.tgz here and carry .h200-state in the second call, which starts
 #                  `marathon dev` on the same state and follows the run to its report
+#   kda-forms      the KDA preparation's register caps and "columns" form, wider scan blocks (bench/kda.py
+#                  --preset forms), the pick judged against FLA at B=1,T=8192 (~280 s)
+#   ncu-fences     ncu through the sandbox with each OS fence off in turn (bench/ncu_probe.py --fences)
 #   ncu            Nsight Compute: profile_kernel's path through the sandbox, then the tuned kernels'
 #                  detailed reports (stall reasons, occupancy, memory) outside it (bench/ncu_probe.py)
 # Session 5 (30 device minutes, one GPU lent): (1) kda-shapes + ncu (the SCAN_BV=32 CONFIG end to
-# end against FLA; where the preparation's time goes), (2) tuner-kda-start, (3) tuner-kda-resume.
+# end against FLA; where the preparation's time goes), (2) tuner-kda-start, (3) tuner-kda-resume +
+# kda-forms (+ ncu-fences if time is left).
 out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc
@@ -92,6 +96,10 @@ for step in "$@"; do
       tar czf "$out/artifacts.tgz" -C "$state" artifacts ;;
     kda-scan-speed)
       timeout 45 python3 bench/kda_scan_forms.py speed --out "$out/kda_scan_speed.json" ;;
+    kda-forms)  # FORMS_PREP / FORMS_SCAN of bench/kda.py, the pick end to end beside FLA, then judged at B=1,T=8192
+      timeout 300 python3 bench/kda.py all --preset forms --shapes 1 --kernel tuned --budget-s 280 --out "$out" ;;
+    ncu-fences)  # which of the sandbox's fences stops ncu's injection (the candidate died with SIGSEGV)
+      timeout 100 python3 bench/ncu_probe.py --out "$out" --fences --problem kda ;;
     ncu)
       # KDA first: its preparation is the kernel whose bound we need to know (issue 7)
       timeout 300 python3 bench/ncu_probe.py --out "$out" --problem kda --problem mla_decode ;;

@@ -5,6 +5,7 @@ and judge starter and tuned with `marathon eval` semantics (kernels.evaluator.ev
     python bench/kda.py tune [--out DIR]
     python bench/kda.py eval [--kernel tuned --kernel starter] [--config JSON]
     python bench/kda.py all --device cpu                     # a dry run in the Triton interpreter
+    python bench/kda.py all --preset forms --shapes 1 --kernel tuned   # FORMS_PREP / FORMS_SCAN at B=1,T=8192
 
 `tune` imports kernels/kda/tuned.py in this process, rewrites its CONFIG dict and times with CUDA
 graphs (the L2 flushed before every replay, median of 30): first each preparation-kernel variant
@@ -56,6 +57,19 @@ PREP_GRID = {"PREP_WARPS": (4, 8), "PREP_BK": (64, 128), "PREP_BV": (64, 128)}
 # the second (256)
 SCAN_GRID = {"SCAN_BV": (16, 32), "SCAN_WARPS": (4, 8), "SCAN_STAGES": (2, 3, 4)}
 SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_STAGES_MANY": (2, 3)}
+# `--preset forms` (session 5): instead of the grids, these changes to the shipped CONFIG. The
+# preparation ran at 12.5 % occupancy, held to 2 programs per SM by its 255 registers (ncu,
+# bench/results/ncu_kda_h200.txt): register caps, the "columns" form of its products (tall wgmma
+# tiles instead of ten 16 x 16 ones), and wider scan blocks (fewer programs re-reading each chunk)
+FORMS_PREP = [{}, {"PREP_MAXNREG": 168}, {"PREP_MAXNREG": 128}, {"PREP_WARPS": 2},
+              {"PREP_FORM": "columns", "PREP_BK": 32}, {"PREP_FORM": "columns", "PREP_BK": 64},
+              {"PREP_FORM": "columns", "PREP_BK": 128}, {"PREP_FORM": "columns", "PREP_BK": 64, "PREP_WARPS": 8},
+              {"PREP_FORM": "columns", "PREP_BK": 32, "PREP_WARPS": 8},
+              {"PREP_FORM": "columns", "PREP_BK": 64, "PREP_MAXNREG": 168}]
+FORMS_SCAN = [{}, {"SCAN_BV": 64}, {"SCAN_BV": 128}, {"SCAN_BV": 64, "SCAN_STAGES": 2}]
+PREP_KNOBS = ("PREP_FORM", "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
+SCAN_KNOBS = tuple(SCAN_GRID)
+SCAN_MANY_KNOBS = tuple(SCAN_MANY_GRID)
 
 
 def base_config() -> dict:
@@ -128,7 +142,8 @@ def _warm(job: tuple[list[dict], list[dict], str]) -> list[str | None]:
     return errors
 
 
-def tune(out_dir: Path, device: str, deadline: float, workers: int = 8) -> dict:
+def tune(out_dir: Path, device: str, deadline: float, workers: int = 8, preset: str = "grid",
+         n_shapes: int = 3) -> dict:
     import multiprocessing as mp
 
     import torch
@@ -139,12 +154,17 @@ def tune(out_dir: Path, device: str, deadline: float, workers: int = 8) -> dict:
     spec = get_problem(PROBLEM)
     tol = spec.tolerances[spec.dtypes[device]]
     base = base_config()
-    shapes = HEADLINE if device == "cuda" else TINY
-    preps, scans, scans_many = grid(base, PREP_GRID), grid(base, SCAN_GRID), grid(base, SCAN_MANY_GRID)
+    shapes = (HEADLINE if device == "cuda" else TINY)[:n_shapes]
+    if preset == "forms":  # the many-heads scan keeps its shipped setting
+        preps, scans, scans_many = [{**base, **d} for d in FORMS_PREP], [{**base, **d} for d in FORMS_SCAN], []
+    else:
+        preps, scans, scans_many = grid(base, PREP_GRID), grid(base, SCAN_GRID), grid(base, SCAN_MANY_GRID)
     if device != "cuda":  # the dry run: a corner of each grid
         preps, scans, scans_many = preps[:2], scans[:2], scans_many[:1]
+    if len(shapes) < 2:  # the many-heads scan is tuned on the second shape
+        scans_many = []
     configs = preps + scans + scans_many
-    warm_shapes = [WARM, shapes[0], shapes[1]] if device == "cuda" else shapes[:2]
+    warm_shapes = ([WARM] if device == "cuda" else []) + shapes[:2]
     jobs = [(configs[i::workers], warm_shapes, device) for i in range(workers)]
     with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
         results = list(pool.map(_warm, jobs))
@@ -192,13 +212,13 @@ def tune(out_dir: Path, device: str, deadline: float, workers: int = 8) -> dict:
             worst = max(worst, ((out - ref).norm() / ref.norm()).item())
         return worst
 
-    def fmt(cfg: dict, knobs: dict) -> str:
+    def fmt(cfg: dict, knobs: tuple) -> str:
         return " ".join(f"{k}={cfg[k]}" for k in knobs)
 
     # the first shape in its three gate cases, with references; the second in one
     cases = [(x, reference(**x)) for x in (_inputs(shapes[0], 10 + s, device) for s in range(3))]
-    x2 = _inputs(shapes[1], 11, device)
-    cases2 = [(x2, reference(**x2))]
+    x2 = _inputs(shapes[1], 11, device) if scans_many else None
+    cases2 = [(x2, reference(**x2))] if scans_many else []
     print(f"references ready at {time.time() - t0:.0f} s", flush=True)
 
     prep_rows, scan_rows, many_rows = [], [], []
@@ -207,10 +227,10 @@ def tune(out_dir: Path, device: str, deadline: float, workers: int = 8) -> dict:
             break
         row = {"config": cfg, "rel_err": errors(cfg, cases), "us": run(cfg, cases[1][0], skip="scan")}
         prep_rows.append(row)
-        print(f"  prep  {fmt(cfg, PREP_GRID)}: {_num(row['us'])} us, rel_err {_num(row['rel_err'], '.2e')}",
+        print(f"  prep  {fmt(cfg, PREP_KNOBS)}: {_num(row['us'])} us, rel_err {_num(row['rel_err'], '.2e')}",
               flush=True)
-    for rows, grid_, confs, x, cs in ((scan_rows, SCAN_GRID, scans, cases[1][0], cases[1:2]),
-                                      (many_rows, SCAN_MANY_GRID, scans_many, x2, cases2)):
+    for rows, grid_, confs, x, cs in ((scan_rows, SCAN_KNOBS, scans, cases[1][0], cases[1:2]),
+                                      (many_rows, SCAN_MANY_KNOBS, scans_many, x2, cases2)):
         for cfg in confs:
             if time.time() > deadline:
                 break
@@ -227,8 +247,8 @@ def tune(out_dir: Path, device: str, deadline: float, workers: int = 8) -> dict:
     gp = good(prep_rows)
     if gp:
         fastest = min(gp, key=lambda r: r["us"])
-        best.update({k: fastest["config"][k] for k in PREP_GRID})
-    for rows, grid_ in ((scan_rows, SCAN_GRID), (many_rows, SCAN_MANY_GRID)):
+        best.update({k: fastest["config"][k] for k in PREP_KNOBS})
+    for rows, grid_ in ((scan_rows, SCAN_KNOBS), (many_rows, SCAN_MANY_KNOBS)):
         if good(rows):
             best.update({k: min(good(rows), key=lambda r: r["us"])["config"][k] for k in grid_})
     print("pick:", json.dumps(best), flush=True)
@@ -283,9 +303,11 @@ def _num(v, spec: str = ".1f") -> str:
 
 
 def eval_kernel(kernel: str, out_dir: Path, device: str, config: dict | None, baselines: bool,
-                timeout_s: float) -> dict:
-    shapes = HEADLINE if device == "cuda" else TINY
-    req = request_for(PROBLEM, kernel, device=device, shapes=shapes, timeout_s=timeout_s, baselines=baselines)
+                timeout_s: float, n_shapes: int = 3) -> dict:
+    shapes = (HEADLINE if device == "cuda" else TINY)[:n_shapes]
+    # FLA only on the GPU: the torch baselines cost a minute there and are not the opponent
+    req = request_for(PROBLEM, kernel, device=device, shapes=shapes, timeout_s=timeout_s, baselines=baselines,
+                      only_baselines=["fla_chunk_kda"] if device == "cuda" and baselines else [])
     if config is not None and kernel == "tuned":
         req = EvalRequest(**{**req.model_dump(), "source": with_config(req.source, config)})
     t0 = time.time()
@@ -351,6 +373,9 @@ def main() -> int:
     ap.add_argument("--config", default=None, help="JSON CONFIG for the tuned kernel")
     ap.add_argument("--budget-s", type=float, default=270.0, help="wall clock for the whole command")
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--preset", choices=("grid", "forms"), default="grid",
+                    help="what tune tries: the knob grids, or FORMS_PREP / FORMS_SCAN")
+    ap.add_argument("--shapes", type=int, default=3, help="only the first N headline shapes (tune and eval)")
     args = ap.parse_args()
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
@@ -367,7 +392,7 @@ def main() -> int:
     if args.mode in ("all", "tune"):
         try:
             tune_result = tune(out_dir, args.device, deadline=t0 + 0.45 * args.budget_s,
-                               workers=8 if args.device == "cuda" else 1)
+                               workers=8 if args.device == "cuda" else 1, preset=args.preset, n_shapes=args.shapes)
             config = tune_result["best"]
         except Exception as exc:  # e.g. a CUDA fault in this process: judge the shipped CONFIG instead
             import traceback
@@ -382,7 +407,7 @@ def main() -> int:
                 continue
             # the starter's verdict needs no second timing of the baselines: the tuned one has them
             records.append(eval_kernel(kernel, out_dir, args.device, config, baselines=(kernel == "tuned"),
-                                       timeout_s=min(args.timeout, max(30.0, left - 20))))
+                                       timeout_s=min(args.timeout, max(30.0, left - 20)), n_shapes=args.shapes))
     summary(tune_result, records)
     print(f"total {time.time() - t0:.0f} s")
     return 0

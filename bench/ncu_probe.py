@@ -9,11 +9,16 @@
    process calling the shipped kernel after a warm-up), with the sections that say where the time
    goes: speed of light, occupancy, launch statistics, warp stall reasons, memory workload.
    -> DIR/ncu_<problem>.txt (ncu's own text) and the command in ncu_metrics.json
+3. With --fences: path 1 again for the first problem with each of the sandbox's OS fences switched
+   off in turn (the judge's MARATHON_SANDBOX_* switches). On the H200 the candidate's process died
+   with SIGSEGV under ncu with all fences up (session 5); which fence does ncu's injection trip over?
+   -> "fences" in ncu_metrics.json (this runs the candidate less fenced: the shipped kernels only)
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -46,6 +51,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None)
     ap.add_argument("--problem", action="append", default=[])
+    ap.add_argument("--fences", action="store_true", help="only step 3: which fence breaks ncu in the sandbox")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -64,6 +70,31 @@ def main() -> int:
         return 1
     record["version"] = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip()[-120:]
     print(record["version"])
+    if args.fences:
+        from kernels.judge import FENCE_SWITCHES
+        problem = (args.problem or ["kda"])[0]
+        spec = get_problem(problem)
+        req = request_for(problem, "tuned", device="cuda", shapes=[spec.shapes("bench")[0]])
+        kernels = [f"candidate.{name}" for name in ("_mla_split_kernel", "_mla_merge_kernel", "_kda_prep", "_kda_scan")]
+        record["fences"] = []
+        for off in ([], ["netns"], ["landlock"], ["seccomp"]):
+            saved = {FENCE_SWITCHES[n]: os.environ.get(FENCE_SWITCHES[n]) for n in off}
+            os.environ.update({FENCE_SWITCHES[n]: "0" for n in off})
+            t0 = time.monotonic()
+            try:
+                found = ncu_metrics(req, kernels, timeout_s=120)
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+            row = {"fences_off": off, "captured": isinstance(found, dict), "result": found,
+                   "s": round(time.monotonic() - t0, 1)}
+            print(json.dumps(row)[:600], flush=True)
+            record["fences"].append(row)
+            (out / "ncu_fences.json").write_text(json.dumps(record, indent=2))
+        return 0
     for problem in args.problem or ["mla_decode", "kda"]:
         spec = get_problem(problem)
         shape = spec.shapes("bench")[0]

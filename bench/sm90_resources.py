@@ -20,16 +20,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 DEFAULT = ["16,32,4,3", "16,64,4,2", "16,64,8,2", "32,32,8,2", "64,64,8,2", "64,32,8,3"]
+# KDA: PREP_BK,PREP_BV,warps[,maxnreg[,columns]] (maxnreg 0: none; columns 1: PREP_FORM "columns")
 KDA_DEFAULT = ["128,128,4", "64,128,4", "128,64,4", "128,128,8"]
 
 
-def compiled(fn, sig: dict, consts: dict, warps: int, stages: int) -> dict:
-    """Registers, spills, MMA and barrier counts of one Triton kernel compiled for sm_90."""
+def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int | None = None) -> dict:
+    """Registers, spills, MMA, barrier and shared-memory instruction counts of one Triton kernel compiled
+    for sm_90 (maxnreg: a register cap, as the launch option of that name sets it)."""
     import triton
     from triton.backends.compiler import GPUTarget
 
     kernel = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts),
-                            target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+                            target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages,
+                                                                 **({"maxnreg": maxnreg} if maxnreg else {})})
     tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "k.cubin"
@@ -42,6 +45,7 @@ def compiled(fn, sig: dict, consts: dict, warps: int, stages: int) -> dict:
             "registers": int(reg.group(1)) if reg else None, "stack_bytes": int(stack.group(1)) if stack else None,
             "local_ld_st": len(re.findall(r"\b(?:LDL|STL)", sass)), "hmma": len(re.findall(r"\bHMMA", sass)),
             "hgmma": len(re.findall(r"\bHGMMA", sass)), "barriers": len(re.findall(r"\bBAR\.", sass)),
+            "shared_ld_st": len(re.findall(r"\b(?:LDS|STS|LDSM)\b", sass)),
             "shared_bytes": kernel.metadata.shared}
 
 
@@ -57,24 +61,28 @@ def resources(block_h: int, block_n: int, warps: int, stages: int) -> dict:
     return {"BLOCK_H": block_h, "BLOCK_N": block_n, **compiled(tuned._mla_split_kernel, sig, consts, warps, stages)}
 
 
-def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int) -> dict:
-    """The KDA preparation kernel at K = V = 128 (bf16 inputs, fp32 gates)."""
+def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | None = None, columns: bool = False,
+                       kernel=None) -> dict:
+    """The KDA preparation kernel at K = V = 128 (bf16 inputs, fp32 gates), in PREP_FORM "pairs" or
+    (columns) "columns"; `kernel` another preparation with the same signature (an experiment)."""
     from kernels.kda import tuned
     sig = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}
     sig.update({"g_ptr": "*fp32", "beta_ptr": "*bf16"})
     sig.update({n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")})
     sig.update({"gl_ptr": "*fp32", "T": "i32", "H": "i32", "K": "i32", "V": "i32", "NT": "i32", "scale": "fp32"})
-    sig.update({n: "constexpr" for n in ("BT", "SUB", "BK", "BVP", "PREP_BK", "PREP_BV")})
-    consts = {"BT": 64, "SUB": 16, "BK": 128, "BVP": 128, "PREP_BK": prep_bk, "PREP_BV": prep_bv}
-    return {"kernel": "_kda_prep", "PREP_BK": prep_bk, "PREP_BV": prep_bv,
-            **compiled(tuned._kda_prep, sig, consts, warps, 1)}
+    sig.update({n: "constexpr" for n in ("BT", "SUB", "BK", "BVP", "PREP_BK", "PREP_BV", "PREP_COLUMNS")})
+    consts = {"BT": 64, "SUB": 16, "BK": 128, "BVP": 128, "PREP_BK": prep_bk, "PREP_BV": prep_bv,
+              "PREP_COLUMNS": columns}
+    return {"kernel": "_kda_prep", "PREP_FORM": "columns" if columns else "pairs", "PREP_BK": prep_bk,
+            "PREP_BV": prep_bv, "maxnreg": maxnreg,
+            **compiled(kernel or tuned._kda_prep, sig, consts, warps, 1, maxnreg)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("variants", nargs="*", default=None)
     ap.add_argument("--kda-prep", action="store_true",
-                    help="the KDA preparation kernel instead; variants are PREP_BK,PREP_BV,warps")
+                    help="the KDA preparation kernel instead; variants are PREP_BK,PREP_BV,warps[,maxnreg[,columns]]")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import triton
@@ -83,7 +91,8 @@ def main() -> int:
     measure = kda_prep_resources if args.kda_prep else resources
     rows = []
     for v in args.variants or (KDA_DEFAULT if args.kda_prep else DEFAULT):
-        row = measure(*(int(x) for x in v.split(",")))
+        nums = [int(x) for x in v.split(",")]
+        row = measure(*nums[:3], nums[3] or None, bool(nums[4])) if len(nums) > 3 else measure(*nums)
         rows.append(row)
         print(json.dumps(row), flush=True)
     Path(args.out).write_text(json.dumps({"triton": triton.__version__, "target": "cuda sm_90", "rows": rows}, indent=1))

@@ -45,6 +45,12 @@ TUNABLES = {
     "PREP_BK": (32, 64, 128),  # channels per step of the preparation (128: one step, fastest measured)
     "PREP_BV": (32, 64, 128),  # value columns per step of its U0 = L^-1 (beta V)
     "PREP_WARPS": (4, 8),
+    # how the intra-chunk products A and M are formed: "pairs" of 16-row sub-chunks (ten 16 x 16
+    # products, small tensor-core tiles) or "columns" (four tall 64 x 16 products, one per column
+    # block, which Hopper runs as wgmma); and a register cap for the preparation (0: the compiler's
+    # choice, 255 at 4 warps, which allows 2 programs per SM)
+    "PREP_FORM": ("pairs", "columns"),
+    "PREP_MAXNREG": (0, 128, 168),
     # the scan: V columns of the state per program, warps, and how many chunks ahead its loads run
     # (1, no pipelining, faulted on the H200 with 4 warps: left out); one set for few batch*heads
     # (V split finely, to spread over the SMs) and one for many
@@ -56,7 +62,7 @@ TUNABLES = {
     "SCAN_WARPS_MANY": (4, 8),
     "SCAN_STAGES_MANY": (2, 3, 4),
 }
-CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4,
+CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4, "PREP_FORM": "pairs", "PREP_MAXNREG": 0,
           "MANY_HEADS": 128, "SCAN_BV": 32, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
           "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3}
 
@@ -151,36 +157,13 @@ def _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3):
 
 
 @triton.jit
-def _kda_prep(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr,
-    w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr,
-    T, H, K, V, NT, scale,
-    BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
-    PREP_BK: tl.constexpr, PREP_BV: tl.constexpr,
-):
-    n = tl.program_id(0)  # chunk
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
+                    m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3,
+                    BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, PREP_BK: tl.constexpr):
+    """PREP_FORM "pairs": A and M pair of sub-chunks by pair of sub-chunks. Stores M (scaled, causal)
+    and, per sub-chunk, what the scan needs (_sub_chunk); returns the ten 16 x 16 blocks of A."""
     DT: tl.constexpr = w_ptr.dtype.element_ty
-    t0 = n * BT
-    stride_qt = H * K
-    stride_vt = H * V
-    qk_base = (b.to(tl.int64) * T * H + h) * K
-    v_base = (b.to(tl.int64) * T * H + h) * V
-    TP = NT * BT
-    s_base = bh.to(tl.int64) * TP * BK + t0 * BK  # this chunk in the [BH, TP, BK] scratch buffers
-    m_base = bh.to(tl.int64) * TP * BT + t0 * BT
-    gl_base = (bh.to(tl.int64) * NT + n) * BK
     cs = tl.arange(0, SUB)
-    # the four sub-chunks' betas, as separate 16-vectors
-    bb = beta_ptr + b.to(tl.int64) * T * H + h
-    r16 = t0 + cs
-    b0 = tl.load(bb + r16.to(tl.int64) * H, mask=r16 < T, other=0.0).to(tl.float32)
-    b1 = tl.load(bb + (r16 + SUB).to(tl.int64) * H, mask=r16 + SUB < T, other=0.0).to(tl.float32)
-    b2 = tl.load(bb + (r16 + 2 * SUB).to(tl.int64) * H, mask=r16 + 2 * SUB < T, other=0.0).to(tl.float32)
-    b3 = tl.load(bb + (r16 + 3 * SUB).to(tl.int64) * H, mask=r16 + 3 * SUB < T, other=0.0).to(tl.float32)
-
     # --- intra-chunk products A and M by 16 x 16 blocks (I = row block, J = column block), summed
     #     over blocks of PREP_BK channels: gates are per channel, so channels are independent until
     #     the sums, and a narrow channel block keeps few registers live ---
@@ -233,6 +216,124 @@ def _kda_prep(
     _put(m_ptr, m_base, 3 * SUB, BT, SUB + cs, m31 * scale, SUB)
     _put(m_ptr, m_base, 3 * SUB, BT, 2 * SUB + cs, m32 * scale, SUB)
     _put(m_ptr, m_base, 3 * SUB, BT, 3 * SUB + cs, tl.where(lower, m33, 0.0) * scale, SUB)
+    return a00, a10, a11, a20, a21, a22, a30, a31, a32, a33
+
+
+@triton.jit
+def _block(x3, blk3, I):
+    """Sub-chunk I of a [sub-chunk, row, column] tensor, as [row, column]."""
+    return tl.sum(tl.where(blk3 == I, x3, 0.0), axis=0)
+
+
+@triton.jit
+def _column(kE3, qE3, X3, Gm3, blk3, J, a, m, BT: tl.constexpr, PREP_BK: tl.constexpr, DT: tl.constexpr):
+    """Accumulate column block J of A and M, all BT rows in one tall product: for row i in sub-chunk
+    I >= J and column j in J, exp(G_i - G_j) = exp(G_i - Gm_I) exp(Gm_I - Gm_J) exp(Gm_J - G_j), the
+    middle factor <= 1. Rows of earlier sub-chunks, where it would overflow, are zeroed."""
+    GmJ = tl.sum(tl.where(blk3 == J, Gm3, 0.0), axis=0, keep_dims=True)
+    f = tl.where(blk3 >= J, tl.exp(tl.minimum(Gm3 - GmJ, 0.0)), 0.0)
+    xt = tl.trans(_block(X3, blk3, J).to(DT))
+    p = tl.reshape(kE3 * f, (BT, PREP_BK)).to(DT)
+    pq = tl.reshape(qE3 * f, (BT, PREP_BK)).to(DT)
+    return tl.dot(p, xt, acc=a), tl.dot(pq, xt, acc=m)
+
+
+@triton.jit
+def _products_columns(q_ptr, k_ptr, g_ptr, beta_ptr, qk_base, t0, T, H, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr,
+                      s_base, m_ptr, m_base, gl_ptr, gl_base, bb,
+                      BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, PREP_BK: tl.constexpr):
+    """PREP_FORM "columns": the same A, M and per-token outputs as _products_pairs, with the chunk held
+    as [sub-chunk, row, channel] tensors (one load each per channel block) and A, M formed by column
+    blocks, four BT x SUB products each. Returns the ten 16 x 16 blocks of A."""
+    DT: tl.constexpr = w_ptr.dtype.element_ty
+    NS: tl.constexpr = BT // SUB
+    cs = tl.arange(0, SUB)
+    blk3 = tl.arange(0, NS)[:, None, None]
+    row3 = tl.arange(0, SUB)[None, :, None]
+    rows3 = t0 + blk3 * SUB + row3
+    beta3 = tl.load(bb + rows3.to(tl.int64) * H, mask=rows3 < T, other=0.0).to(tl.float32)
+    z = tl.zeros([BT, SUB], dtype=tl.float32)
+    a0, a1, a2, a3, m0, m1, m2, m3 = z, z, z, z, z, z, z, z
+    for c0 in range(0, BK, PREP_BK):
+        c3 = c0 + tl.arange(0, PREP_BK)[None, None, :]
+        mask3 = (rows3 < T) & (c3 < K)
+        off3 = qk_base + rows3.to(tl.int64) * stride_qt + c3
+        g3 = tl.load(g_ptr + off3, mask=mask3, other=0.0).to(tl.float32)  # 0 past T: G stays flat
+        tot = tl.sum(g3, axis=1)  # each sub-chunk's total gate, [NS, PREP_BK]
+        G3 = tl.cumsum(g3, axis=1) + (tl.cumsum(tot, axis=0) - tot)[:, None, :]
+        glast = tl.sum(tot, axis=0)
+        tl.store(gl_ptr + gl_base + c0 + tl.arange(0, PREP_BK), tl.exp(glast))
+        Gm3 = tl.sum(tl.where(row3 == SUB // 2, G3, 0.0), axis=1, keep_dims=True)  # at each middle row
+        D3 = G3 - Gm3  # |D| <= 8 * max|g|
+        E3 = tl.exp(D3)
+        k3 = tl.load(k_ptr + off3, mask=mask3, other=0.0).to(tl.float32)
+        q3 = tl.load(q_ptr + off3, mask=mask3, other=0.0).to(tl.float32)
+        kE3 = k3 * E3
+        qE3 = q3 * E3
+        X3 = k3 * tl.exp(-D3)
+        eGm3 = tl.exp(Gm3)  # <= 1: exp(G) = E * exp(Gm), without ever forming exp(-G)
+        so3 = s_base + (blk3 * SUB + row3) * BK + c3
+        tl.store(qg_ptr + so3, (qE3 * (scale * eGm3)).to(DT))
+        tl.store(kd_ptr + so3, (X3 * tl.exp(glast[None, None, :] - Gm3)).to(DT))
+        tl.store(w_ptr + so3, (kE3 * (beta3 * eGm3)).to(DT))  # B, the solve's right-hand side
+        a0, m0 = _column(kE3, qE3, X3, Gm3, blk3, 0, a0, m0, BT, PREP_BK, DT)
+        a1, m1 = _column(kE3, qE3, X3, Gm3, blk3, 1, a1, m1, BT, PREP_BK, DT)
+        a2, m2 = _column(kE3, qE3, X3, Gm3, blk3, 2, a2, m2, BT, PREP_BK, DT)
+        a3, m3 = _column(kE3, qE3, X3, Gm3, blk3, 3, a3, m3, BT, PREP_BK, DT)
+    # M (scaled, causal) out as four BT x SUB column blocks
+    rr = tl.arange(0, BT)[:, None]
+    _put(m_ptr, m_base, 0, BT, cs, tl.where(rr >= cs[None, :], m0, 0.0) * scale, BT)
+    _put(m_ptr, m_base, 0, BT, SUB + cs, tl.where(rr >= SUB + cs[None, :], m1, 0.0) * scale, BT)
+    _put(m_ptr, m_base, 0, BT, 2 * SUB + cs, tl.where(rr >= 2 * SUB + cs[None, :], m2, 0.0) * scale, BT)
+    _put(m_ptr, m_base, 0, BT, 3 * SUB + cs, tl.where(rr >= 3 * SUB + cs[None, :], m3, 0.0) * scale, BT)
+    # the 16 x 16 blocks of A: row block I of column block J
+    A0 = tl.reshape(a0, (NS, SUB, SUB))
+    A1 = tl.reshape(a1, (NS, SUB, SUB))
+    A2 = tl.reshape(a2, (NS, SUB, SUB))
+    A3 = tl.reshape(a3, (NS, SUB, SUB))
+    return (_block(A0, blk3, 0), _block(A0, blk3, 1), _block(A1, blk3, 1), _block(A0, blk3, 2), _block(A1, blk3, 2),
+            _block(A2, blk3, 2), _block(A0, blk3, 3), _block(A1, blk3, 3), _block(A2, blk3, 3), _block(A3, blk3, 3))
+
+
+@triton.jit
+def _kda_prep(
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr,
+    w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr,
+    T, H, K, V, NT, scale,
+    BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
+    PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, PREP_COLUMNS: tl.constexpr,
+):
+    n = tl.program_id(0)  # chunk
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    DT: tl.constexpr = w_ptr.dtype.element_ty
+    t0 = n * BT
+    stride_qt = H * K
+    stride_vt = H * V
+    qk_base = (b.to(tl.int64) * T * H + h) * K
+    v_base = (b.to(tl.int64) * T * H + h) * V
+    TP = NT * BT
+    s_base = bh.to(tl.int64) * TP * BK + t0 * BK  # this chunk in the [BH, TP, BK] scratch buffers
+    m_base = bh.to(tl.int64) * TP * BT + t0 * BT
+    gl_base = (bh.to(tl.int64) * NT + n) * BK
+    cs = tl.arange(0, SUB)
+    # the four sub-chunks' betas, as separate 16-vectors
+    bb = beta_ptr + b.to(tl.int64) * T * H + h
+    r16 = t0 + cs
+    b0 = tl.load(bb + r16.to(tl.int64) * H, mask=r16 < T, other=0.0).to(tl.float32)
+    b1 = tl.load(bb + (r16 + SUB).to(tl.int64) * H, mask=r16 + SUB < T, other=0.0).to(tl.float32)
+    b2 = tl.load(bb + (r16 + 2 * SUB).to(tl.int64) * H, mask=r16 + 2 * SUB < T, other=0.0).to(tl.float32)
+    b3 = tl.load(bb + (r16 + 3 * SUB).to(tl.int64) * H, mask=r16 + 3 * SUB < T, other=0.0).to(tl.float32)
+
+    if PREP_COLUMNS:
+        a00, a10, a11, a20, a21, a22, a30, a31, a32, a33 = _products_columns(
+            q_ptr, k_ptr, g_ptr, beta_ptr, qk_base, t0, T, H, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
+            m_ptr, m_base, gl_ptr, gl_base, bb, BT, SUB, BK, PREP_BK)
+    else:
+        a00, a10, a11, a20, a21, a22, a30, a31, a32, a33 = _products_pairs(
+            q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
+            m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3, BT, SUB, BK, PREP_BK)
 
     # --- L = I + diag(beta) A, by blocks: inverses of the four diagonal blocks (strictly lower
     #     parts only), then block forward substitution for W = L^-1 B and U0 = L^-1 (beta V) ---
@@ -341,7 +442,8 @@ def kda(q, k, v, g, beta, scale):
     _kda_prep[(NT, B * H)](
         q, k, v, g, beta, w, u0, qg, kd, m, gl, T, H, K, V, NT, scale,
         BT=BT, SUB=SUB, BK=BK, BVP=BVP, PREP_BK=min(BK, CONFIG["PREP_BK"]), PREP_BV=min(BVP, CONFIG["PREP_BV"]),
-        num_warps=CONFIG["PREP_WARPS"],
+        PREP_COLUMNS=CONFIG["PREP_FORM"] == "columns", num_warps=CONFIG["PREP_WARPS"],
+        **({"maxnreg": CONFIG["PREP_MAXNREG"]} if CONFIG["PREP_MAXNREG"] else {}),
     )
     many = "_MANY" if B * H >= CONFIG["MANY_HEADS"] else ""
     BV = min(BVP, CONFIG["SCAN_BV" + many])
