@@ -90,14 +90,14 @@ for step in "$@"; do
       tar xzf .h200-state/state.tgz -C "$(dirname "$state")"
       python3 marathon.py dev --state-dir "$state" --gpus auto > "$out/dev_resume.log" 2>&1 & dev=$!
       for _ in $(seq 120); do grep -q serving "$out/dev_resume.log" && break; sleep 1; done
-      timeout 520 python3 marathon.py follow --address localhost:7233 --workflow-id kda-h200-resumable --json \
+      timeout 300 python3 marathon.py follow --address localhost:7233 --workflow-id kda-h200-resumable --json \
         > "$out/tuner_kda_resumable_h200.json"; echo "follow exit $?"
       kill -INT $dev; wait $dev
       tar czf "$out/artifacts.tgz" -C "$state" artifacts ;;
     kda-scan-speed)
       timeout 45 python3 bench/kda_scan_forms.py speed --out "$out/kda_scan_speed.json" ;;
     kda-forms)  # FORMS_PREP / FORMS_SCAN of bench/kda.py, the pick end to end beside FLA, then judged at B=1,T=8192
-      timeout 300 python3 bench/kda.py all --preset forms --shapes 1 --kernel tuned --budget-s 280 --out "$out" ;;
+      timeout 300 python3 bench/kda.py all --preset forms --shapes 1 --kernel tuned --budget-s 260 --out "$out" ;;
     ncu-fences)  # which of the sandbox's fences stops ncu's injection (the candidate died with SIGSEGV)
       timeout 100 python3 bench/ncu_probe.py --out "$out" --fences --problem kda ;;
     ncu)
