@@ -65,7 +65,8 @@ FORMS_PREP = [{}, {"PREP_MAXNREG": 168}, {"PREP_MAXNREG": 128}, {"PREP_WARPS": 2
               {"PREP_FORM": "columns", "PREP_BK": 32}, {"PREP_FORM": "columns", "PREP_BK": 64},
               {"PREP_FORM": "columns", "PREP_BK": 128}, {"PREP_FORM": "columns", "PREP_BK": 64, "PREP_WARPS": 8},
               {"PREP_FORM": "columns", "PREP_BK": 32, "PREP_WARPS": 8},
-              {"PREP_FORM": "columns", "PREP_BK": 64, "PREP_MAXNREG": 168}]
+              {"PREP_FORM": "columns", "PREP_BK": 64, "PREP_MAXNREG": 168},
+              {"PREP_FORM": "columns", "PREP_BK": 32, "PREP_MAXNREG": 168}]
 FORMS_SCAN = [{}, {"SCAN_BV": 64}, {"SCAN_BV": 128}, {"SCAN_BV": 64, "SCAN_STAGES": 2}]
 PREP_KNOBS = ("PREP_FORM", "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
 SCAN_KNOBS = tuple(SCAN_GRID)
