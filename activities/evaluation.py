@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import os
 import shutil
@@ -20,7 +21,7 @@ from typing import Callable
 from activities.artifacts import ArtifactStore, capped
 from activities.tools import source_text
 from kernels.baseline_cache import DEFAULT_TTL_S, BaselineCache
-from kernels.evaluator import PROJECT_ROOT, EvalRequest, evaluate
+from kernels.evaluator import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, env_digest, evaluate
 from kernels.verdict import Verdict
 from workflows.models import EVAL_MODES, EvalDigest, EvalInput, EvalResult
 
@@ -139,6 +140,8 @@ def ncu_metrics(req: EvalRequest, kernels: list[str], timeout_s: float = 600.0) 
         req_path.write_text(probe.model_dump_json())
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+        # what ncu adds to this environment the judge hands on to the candidate's process (judge.profiler_env)
+        env[PROFILER_BASE_ENV] = json.dumps({k: env_digest(v) for k, v in env.items()})
         # clocks left alone: ncu would otherwise lock them to base, and durations would not match
         # the evaluator's timings
         cmd = [ncu, "--target-processes", "all", "--clock-control", "none", "--csv", "--page", "raw", "--launch-count", "8",

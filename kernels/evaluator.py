@@ -51,6 +51,16 @@ def request_for(problem: str, kernel: str, **settings) -> EvalRequest:
     return EvalRequest(problem=problem, source=source, kernel=label, **settings)
 
 
+# Set by activities.evaluation.ncu_metrics when it runs the judge under Nsight Compute: a digest of each
+# variable of the environment it started ncu with, so the judge can tell which ones ncu added or
+# changed (judge.profiler_env) without the values themselves travelling in another variable.
+PROFILER_BASE_ENV = "MARATHON_NCU_BASE_ENV"
+
+
+def env_digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
 def source_sha256(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 

@@ -29,7 +29,7 @@ import triton
 
 from kernels import isolation, timing
 from kernels.hostinfo import nvidia_driver
-from kernels.evaluator import PROJECT_ROOT, EvalRequest, EvaluatorError, source_sha256
+from kernels.evaluator import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, EvaluatorError, env_digest, source_sha256
 from kernels.policy import check_source, module_violation
 from kernels.problem import ProblemSpec, get_problem
 from kernels.roofline import DeviceProfile, profile_for_gpu
@@ -69,6 +69,23 @@ def _env_flag(name: str, default: bool = True) -> bool:
     return os.environ.get(name, "1" if default else "0").strip().lower() not in ("0", "false", "no", "off", "")
 
 
+def profiler_env() -> dict[str, str]:
+    """The variables Nsight Compute put into the judge's environment (its injection library and how to
+    reach the profiler), for the candidate's process: without them the injected library that follows
+    child processes crashed the sandbox (SIGSEGV, on the H200 with every fence up and with each one
+    down). Only under ncu_metrics; never a variable whose name looks like a secret, never ours."""
+    base = os.environ.get(PROFILER_BASE_ENV)
+    if not base:
+        return {}
+    try:
+        digests = json.loads(base)
+    except ValueError:
+        return {}
+    return {k: v for k, v in os.environ.items()
+            if digests.get(k) != env_digest(v) and k != PROFILER_BASE_ENV and not k.startswith("MARATHON_")
+            and not any(w in k.upper() for w in SECRET_WORDS)}
+
+
 def candidate_env(device: str, scratch: Path, token: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k.startswith(PASS_ENV_PREFIXES) and not any(w in k.upper() for w in SECRET_WORDS)}
@@ -79,6 +96,7 @@ def candidate_env(device: str, scratch: Path, token: str) -> dict[str, str]:
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
         "MARATHON_SANDBOX": token,  # marks every process of this sandbox, for the watchdog and the cleanup
     })
+    env.update(profiler_env())
     env.pop("TRITON_INTERPRET", None)
     # a candidate autotunes afresh: its cache directory is shared with other candidates, and a cached
     # pick from one of them must not steer another (the judge's own baselines do cache, elsewhere)

@@ -161,3 +161,24 @@ def test_candidate_environment(monkeypatch, tmp_path):
     assert "TRITON_CACHE_AUTOTUNING" not in env and "TRITON_API_KEY" not in env
     assert env["CUDA_HOME"] == "/opt/cuda" and env["HOME"] == str(tmp_path) and "TRITON_INTERPRET" not in env
     assert candidate_env("cpu", tmp_path, "token")["TRITON_INTERPRET"] == "1"
+
+
+def test_candidate_environment_under_ncu(monkeypatch, tmp_path):
+    # under ncu_metrics the candidate's process gets what Nsight Compute added to the judge's
+    # environment (its injection library), and still no secrets; outside it, none of that
+    import json
+    import os
+
+    from kernels.evaluator import PROFILER_BASE_ENV, env_digest
+    from kernels.judge import candidate_env
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libmine.so")
+    base = {k: env_digest(v) for k, v in os.environ.items()}
+    assert "LD_PRELOAD" not in candidate_env("cuda", tmp_path, "token")
+    monkeypatch.setenv(PROFILER_BASE_ENV, json.dumps(base))
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libmine.so:/opt/ncu/libInjection.so")  # changed by ncu
+    monkeypatch.setenv("NV_PROFILER_PIPE", "/tmp/ncu-42")  # added by ncu
+    monkeypatch.setenv("NV_API_TOKEN", "sk-123")  # added, but named like a secret
+    env = candidate_env("cuda", tmp_path, "token")
+    assert env["LD_PRELOAD"].endswith("libInjection.so") and env["NV_PROFILER_PIPE"] == "/tmp/ncu-42"
+    assert "NV_API_TOKEN" not in env and PROFILER_BASE_ENV not in env
+    assert env["HOME"] == str(tmp_path) and env["MARATHON_SANDBOX"] == "token"
