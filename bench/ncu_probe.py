@@ -120,7 +120,7 @@ def main() -> int:
         req = request_for(problem, "tuned", device="cuda", shapes=[shape])
         kernels = [f"candidate.{name}" for name in ("_mla_split_kernel", "_mla_merge_kernel", "_kda_prep", "_kda_scan")]
         t0 = time.monotonic()
-        metrics = ncu_metrics(req, kernels, timeout_s=240)
+        metrics = ncu_metrics(req, kernels, timeout_s=120)
         row = {"shape": shape, "through_sandbox": metrics, "through_sandbox_s": round(time.monotonic() - t0, 1)}
         print(problem, json.dumps(row)[:2000])
         cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name",
