@@ -39,7 +39,9 @@ import triton.language as tl
 # bench/results/kda_log_run1.txt; the few-heads scan's (SCAN_BV=32) from the scan timed alone on
 # random operands (bench/results/kda_scan_speed.json: 176 us against 330 us for SCAN_BV=16 at
 # B=1, T=8192, H=32; run 1's SCAN_BV=32 rows had failed only after an earlier fault poisoned the
-# process). The end-to-end figure with SCAN_BV=32 is not measured yet.
+# process). Judged end to end with it: 709 us against FLA's 1002 us at that shape, 1.41x
+# (bench/results/kda_tuned_scanbv32_B_1_T_8192.json); the "columns" form and register caps measured
+# slower there (bench/results/kda_forms_tune.json).
 TUNABLES = {
     "CHUNK": (64,),
     "PREP_BK": (32, 64, 128),  # channels per step of the preparation (128: one step, fastest measured)
