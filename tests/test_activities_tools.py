@@ -188,3 +188,36 @@ def test_ncu_path_prefers_the_named_binary(monkeypatch, tmp_path):
     monkeypatch.delenv("MARATHON_NCU")
     monkeypatch.setenv("PATH", str(tmp_path))
     assert ncu_path() == str(fake)
+
+
+def test_ncu_metrics_reruns_the_judge_under_ncu(monkeypatch, tmp_path):
+    # A stand-in for ncu that runs the real judge it is given (so the probe request must be one the
+    # judge accepts) and reports one CSV row per kernel it was asked for, with facts of its own run
+    # as the metric values: the judge's mode and whether the environment digests came along.
+    import json
+
+    from activities.evaluation import ncu_metrics
+    from kernels.evaluator import request_for
+    fake = tmp_path / "ncu"
+    fake.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, os, subprocess, sys\n"
+        "args = sys.argv[1:]\n"
+        "names = args[args.index('--kernel-name') + 1].removeprefix('regex:').split('|')\n"
+        "req_path, out_path = args[-2], args[-1]\n"
+        "subprocess.run(args[args.index('--metrics') + 2:], check=True, stdout=subprocess.DEVNULL)\n"
+        "status = json.load(open(out_path))['status']\n"
+        "mode = json.load(open(req_path))['mode']\n"
+        "digests = 'MARATHON_NCU_BASE_ENV' in os.environ\n"
+        "print('\"Kernel Name\",\"gpu__time_duration.sum\",\"launch__registers_per_thread\",\"lts__t_sector_hit_rate.pct\"')\n"
+        "for n in names:\n"
+        "    print(f'\"{n}\",\"{mode}\",\"{status}\",\"{digests}\"')\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("MARATHON_NCU", str(fake))
+    req = request_for("mla_decode", "starter", device="cpu", shapes=[{"B": 1, "H": 2, "S": 40}], baselines=False)
+    found = ncu_metrics(req, ["candidate._mla_decode_one_head"], timeout_s=300)
+    assert isinstance(found, dict), found
+    (name, metrics), = found.items()
+    assert name == "_mla_decode_one_head"
+    # one call of the candidate in the sandbox (no reference), which the judge reported as fine
+    assert metrics == {"duration_ns": "compile", "registers_per_thread": "ok", "l2_hit_pct": "True"}, json.dumps(found)
