@@ -72,7 +72,8 @@ def main() -> int:
         print("no ncu found")
         (out / "ncu_metrics.json").write_text(json.dumps(record, indent=2))
         return 1
-    record["version"] = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip()[-120:]
+    banner = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    record["version"] = banner[-1] if banner else None  # "Version 2025.3.1.0 (build ...)"
     print(record["version"])
     if args.source:
         import gzip
