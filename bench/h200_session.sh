@@ -30,9 +30,10 @@
 #   ncu-source     the KDA preparation's metrics per SASS instruction (bench/ncu_probe.py --source _kda_prep)
 #   ncu            Nsight Compute: profile_kernel's path through the sandbox, then the tuned kernels'
 #                  detailed reports (stall reasons, occupancy, memory) outside it (bench/ncu_probe.py)
-# Session 5 (30 device minutes, one GPU lent): (1) kda-shapes + ncu (the SCAN_BV=32 CONFIG end to
-# end against FLA; where the preparation's time goes), (2) tuner-kda-start, (3) tuner-kda-resume +
-# kda-forms (+ ncu-fences if time is left).
+# Session 5 (30 device minutes, one GPU lent) ran: (1) kda-shapes + ncu, (2) tuner-kda-start (the
+# whole space finished; no resume needed), (3) kda-forms + ncu-fences, (4) ncu + ncu-source after the
+# sandbox fix. Next: time a KDA preparation that moves fewer tiles between layouts (kda-forms with its
+# variants in FORMS_PREP), then ncu again (profile_kernel's re-run now judges in compile mode).
 out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc
