@@ -60,15 +60,17 @@ SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_ST
 # `--preset forms` (session 5): instead of the grids, these changes to the shipped CONFIG. The
 # preparation ran at 12.5 % occupancy, held to 2 programs per SM by its 255 registers (ncu,
 # bench/results/ncu_kda_h200.txt): register caps, the "columns" form of its products (tall wgmma
-# tiles instead of ten 16 x 16 ones), and wider scan blocks (fewer programs re-reading each chunk)
-FORMS_PREP = [{}, {"PREP_MAXNREG": 168}, {"PREP_MAXNREG": 128}, {"PREP_WARPS": 2},
+# tiles instead of ten 16 x 16 ones), and wider scan blocks (fewer programs re-reading each chunk).
+# Session 5's run had no PREP_GLAST rows; "carry" came after it (792 -> 72 B of spills for sm_90).
+FORMS_PREP = [{}, {"PREP_GLAST": "carry"}, {"PREP_GLAST": "carry", "PREP_MAXNREG": 168},
+              {"PREP_MAXNREG": 168}, {"PREP_MAXNREG": 128}, {"PREP_WARPS": 2},
               {"PREP_FORM": "columns", "PREP_BK": 32}, {"PREP_FORM": "columns", "PREP_BK": 64},
               {"PREP_FORM": "columns", "PREP_BK": 128}, {"PREP_FORM": "columns", "PREP_BK": 64, "PREP_WARPS": 8},
               {"PREP_FORM": "columns", "PREP_BK": 32, "PREP_WARPS": 8},
               {"PREP_FORM": "columns", "PREP_BK": 64, "PREP_MAXNREG": 168},
               {"PREP_FORM": "columns", "PREP_BK": 32, "PREP_MAXNREG": 168}]
 FORMS_SCAN = [{}, {"SCAN_BV": 64}, {"SCAN_BV": 128}, {"SCAN_BV": 64, "SCAN_STAGES": 2}]
-PREP_KNOBS = ("PREP_FORM", "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
+PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
 SCAN_KNOBS = tuple(SCAN_GRID)
 SCAN_MANY_KNOBS = tuple(SCAN_MANY_GRID)
 

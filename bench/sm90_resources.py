@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 DEFAULT = ["16,32,4,3", "16,64,4,2", "16,64,8,2", "32,32,8,2", "64,64,8,2", "64,32,8,3"]
-# KDA: PREP_BK,PREP_BV,warps[,maxnreg[,columns]] (maxnreg 0: none; columns 1: PREP_FORM "columns")
+# KDA: PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry]]] (maxnreg 0: none; columns 1: PREP_FORM
+# "columns"; carry 1: PREP_GLAST "carry")
 KDA_DEFAULT = ["128,128,4", "64,128,4", "128,64,4", "128,128,8"]
 
 
@@ -62,7 +63,7 @@ def resources(block_h: int, block_n: int, warps: int, stages: int) -> dict:
 
 
 def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | None = None, columns: bool = False,
-                       kernel=None) -> dict:
+                       glast_carry: bool = False, kernel=None) -> dict:
     """The KDA preparation kernel at K = V = 128 (bf16 inputs, fp32 gates), in PREP_FORM "pairs" or
     (columns) "columns"; `kernel` another preparation with the same signature (an experiment)."""
     from kernels.kda import tuned
@@ -70,10 +71,12 @@ def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | No
     sig.update({"g_ptr": "*fp32", "beta_ptr": "*bf16"})
     sig.update({n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")})
     sig.update({"gl_ptr": "*fp32", "T": "i32", "H": "i32", "K": "i32", "V": "i32", "NT": "i32", "scale": "fp32"})
-    sig.update({n: "constexpr" for n in ("BT", "SUB", "BK", "BVP", "PREP_BK", "PREP_BV", "PREP_COLUMNS")})
+    sig.update({n: "constexpr" for n in ("BT", "SUB", "BK", "BVP", "PREP_BK", "PREP_BV", "PREP_COLUMNS",
+                                         "GLAST_CARRY")})
     consts = {"BT": 64, "SUB": 16, "BK": 128, "BVP": 128, "PREP_BK": prep_bk, "PREP_BV": prep_bv,
-              "PREP_COLUMNS": columns}
-    return {"kernel": "_kda_prep", "PREP_FORM": "columns" if columns else "pairs", "PREP_BK": prep_bk,
+              "PREP_COLUMNS": columns, "GLAST_CARRY": glast_carry}
+    return {"kernel": "_kda_prep", "PREP_FORM": "columns" if columns else "pairs",
+            "PREP_GLAST": "carry" if glast_carry else "load", "PREP_BK": prep_bk,
             "PREP_BV": prep_bv, "maxnreg": maxnreg,
             **compiled(kernel or tuned._kda_prep, sig, consts, warps, 1, maxnreg)}
 
@@ -82,7 +85,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("variants", nargs="*", default=None)
     ap.add_argument("--kda-prep", action="store_true",
-                    help="the KDA preparation kernel instead; variants are PREP_BK,PREP_BV,warps[,maxnreg[,columns]]")
+                    help="the KDA preparation kernel instead; variants are PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry]]]")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import triton
@@ -92,7 +95,8 @@ def main() -> int:
     rows = []
     for v in args.variants or (KDA_DEFAULT if args.kda_prep else DEFAULT):
         nums = [int(x) for x in v.split(",")]
-        row = measure(*nums[:3], nums[3] or None, bool(nums[4])) if len(nums) > 3 else measure(*nums)
+        row = (measure(*nums[:3], nums[3] or None, *(bool(x) for x in nums[4:6])) if len(nums) > 3
+               else measure(*nums))
         rows.append(row)
         print(json.dumps(row), flush=True)
     Path(args.out).write_text(json.dumps({"triton": triton.__version__, "target": "cuda sm_90", "rows": rows}, indent=1))

@@ -53,6 +53,9 @@ TUNABLES = {
     # choice, 255 at 4 warps, which allows 2 programs per SM)
     "PREP_FORM": ("pairs", "columns"),
     "PREP_MAXNREG": (0, 128, 168),
+    # pairs only: the chunk's total gate from a load of all its gates up front ("load") or from the
+    # running sum after the last sub-chunk ("carry"; the decayed keys are then stored at the end)
+    "PREP_GLAST": ("load", "carry"),
     # the scan: V columns of the state per program, warps, and how many chunks ahead its loads run
     # (1, no pipelining, faulted on the H200 with 4 warps: left out); one set for few batch*heads
     # (V split finely, to spread over the SMs) and one for many
@@ -65,6 +68,7 @@ TUNABLES = {
     "SCAN_STAGES_MANY": (2, 3, 4),
 }
 CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4, "PREP_FORM": "pairs", "PREP_MAXNREG": 0,
+          "PREP_GLAST": "load",
           "MANY_HEADS": 128, "SCAN_BV": 32, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
           "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3}
 
@@ -88,10 +92,11 @@ def _put(ptr, base, row0, stride_r, cols, tile, ROWS: tl.constexpr):
 
 @triton.jit
 def _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, row0, T, stride_qt, offs_c, K, carry, glast, beta, scale,
-               w_ptr, qg_ptr, kd_ptr, s_base, s_row0, DT: tl.constexpr, BK: tl.constexpr, SUB: tl.constexpr):
+               w_ptr, qg_ptr, kd_ptr, s_base, s_row0, DT: tl.constexpr, BK: tl.constexpr, SUB: tl.constexpr,
+               STORE_KD: tl.constexpr):
     """One 16-token sub-chunk, for the channels offs_c: its cumulative gates (carry = G just before
     it), re-centred at its middle row m. Stores what the scan needs from it (the gated queries
-    scale*q*exp(G) and decayed keys k*exp(G_last - G)) and, into the W buffer as scratch,
+    scale*q*exp(G) and, with STORE_KD, decayed keys k*exp(G_last - G)) and, into the W buffer as scratch,
     B = beta*k*exp(G), the right-hand side of the solve. Returns the re-centred operands of the
     intra-chunk products
       kE = k exp(G - Gm),  qE = q exp(G - Gm),  X = k exp(Gm - G)     (in the dot dtype)
@@ -109,7 +114,8 @@ def _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, row0, T, stride_qt, offs_c, K, carr
     X = k * tl.exp(-D)
     eGm = tl.exp(Gm)  # <= 1: exp(G) = E * exp(Gm), without ever forming exp(-G)
     _put(qg_ptr, s_base, s_row0, BK, offs_c, qE * (scale * eGm)[None, :], SUB)
-    _put(kd_ptr, s_base, s_row0, BK, offs_c, X * tl.exp(glast - Gm)[None, :], SUB)
+    if STORE_KD:
+        _put(kd_ptr, s_base, s_row0, BK, offs_c, X * tl.exp(glast - Gm)[None, :], SUB)
     _put(w_ptr, s_base, s_row0, BK, offs_c, kE * (beta[:, None] * eGm[None, :]), SUB)
     return kE.to(DT), qE.to(DT), X.to(DT), Gm, carry + tl.sum(g, axis=0)
 
@@ -161,9 +167,13 @@ def _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3):
 @triton.jit
 def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
                     m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3,
-                    BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, PREP_BK: tl.constexpr):
+                    BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, PREP_BK: tl.constexpr,
+                    GLAST_CARRY: tl.constexpr):
     """PREP_FORM "pairs": A and M pair of sub-chunks by pair of sub-chunks. Stores M (scaled, causal)
-    and, per sub-chunk, what the scan needs (_sub_chunk); returns the ten 16 x 16 blocks of A."""
+    and, per sub-chunk, what the scan needs (_sub_chunk); returns the ten 16 x 16 blocks of A.
+    The decayed keys need the chunk's total gate: PREP_GLAST "load" sums it from a load of the whole
+    chunk's gates up front, "carry" takes the running sum after the last sub-chunk and stores the
+    decayed keys then, from the bf16 X (one more rounding; one 64-row load and reduction fewer)."""
     DT: tl.constexpr = w_ptr.dtype.element_ty
     cs = tl.arange(0, SUB)
     # --- intra-chunk products A and M by 16 x 16 blocks (I = row block, J = column block), summed
@@ -174,31 +184,40 @@ def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_
     m00, m10, m11, m20, m21, m22, m30, m31, m32, m33 = z, z, z, z, z, z, z, z, z, z
     for c0 in range(0, BK, PREP_BK):
         offs_c = c0 + tl.arange(0, PREP_BK)
-        # the chunk's total gate, needed by the decayed keys before the sub-chunks reach the end
-        glast = tl.sum(_tile(g_ptr, qk_base, t0, T, stride_qt, offs_c, K, BT).to(tl.float32), axis=0)
-        tl.store(gl_ptr + gl_base + offs_c, tl.exp(glast))
         carry = tl.zeros([PREP_BK], dtype=tl.float32)
+        if GLAST_CARRY:
+            glast = carry  # not used before the last sub-chunk
+        else:  # the chunk's total gate, needed by the decayed keys before the sub-chunks reach the end
+            glast = tl.sum(_tile(g_ptr, qk_base, t0, T, stride_qt, offs_c, K, BT).to(tl.float32), axis=0)
+            tl.store(gl_ptr + gl_base + offs_c, tl.exp(glast))
         kE0, qE0, X0, Gm0, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, offs_c, K, carry,
-                                              glast, b0, scale, w_ptr, qg_ptr, kd_ptr, s_base, 0, DT, BK, SUB)
+                                              glast, b0, scale, w_ptr, qg_ptr, kd_ptr, s_base, 0, DT, BK, SUB,
+                                              not GLAST_CARRY)
         a00, m00 = _diag(kE0, qE0, X0, a00, m00)
         kE1, qE1, X1, Gm1, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + SUB, T, stride_qt, offs_c, K,
                                               carry, glast, b1, scale, w_ptr, qg_ptr, kd_ptr, s_base, SUB, DT, BK,
-                                              SUB)
+                                              SUB, not GLAST_CARRY)
         a11, m11 = _diag(kE1, qE1, X1, a11, m11)
         a10, m10 = _pair(kE1, qE1, X0, Gm1, Gm0, a10, m10)
         kE2, qE2, X2, Gm2, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + 2 * SUB, T, stride_qt, offs_c, K,
                                               carry, glast, b2, scale, w_ptr, qg_ptr, kd_ptr, s_base, 2 * SUB, DT,
-                                              BK, SUB)
+                                              BK, SUB, not GLAST_CARRY)
         a22, m22 = _diag(kE2, qE2, X2, a22, m22)
         a20, m20 = _pair(kE2, qE2, X0, Gm2, Gm0, a20, m20)
         a21, m21 = _pair(kE2, qE2, X1, Gm2, Gm1, a21, m21)
         kE3, qE3, X3, Gm3, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + 3 * SUB, T, stride_qt, offs_c, K,
                                               carry, glast, b3, scale, w_ptr, qg_ptr, kd_ptr, s_base, 3 * SUB, DT,
-                                              BK, SUB)
+                                              BK, SUB, not GLAST_CARRY)
         a33, m33 = _diag(kE3, qE3, X3, a33, m33)
         a30, m30 = _pair(kE3, qE3, X0, Gm3, Gm0, a30, m30)
         a31, m31 = _pair(kE3, qE3, X1, Gm3, Gm1, a31, m31)
         a32, m32 = _pair(kE3, qE3, X2, Gm3, Gm2, a32, m32)
+        if GLAST_CARRY:  # carry is now the chunk's total gate
+            tl.store(gl_ptr + gl_base + offs_c, tl.exp(carry))
+            _put(kd_ptr, s_base, 0, BK, offs_c, X0.to(tl.float32) * tl.exp(carry - Gm0)[None, :], SUB)
+            _put(kd_ptr, s_base, SUB, BK, offs_c, X1.to(tl.float32) * tl.exp(carry - Gm1)[None, :], SUB)
+            _put(kd_ptr, s_base, 2 * SUB, BK, offs_c, X2.to(tl.float32) * tl.exp(carry - Gm2)[None, :], SUB)
+            _put(kd_ptr, s_base, 3 * SUB, BK, offs_c, X3.to(tl.float32) * tl.exp(carry - Gm3)[None, :], SUB)
 
     # --- M (scaled) out as a full BT x BT tile: causal inside the diagonal blocks, zeros above ---
     lower = cs[:, None] >= cs[None, :]
@@ -303,7 +322,7 @@ def _kda_prep(
     w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr,
     T, H, K, V, NT, scale,
     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
-    PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, PREP_COLUMNS: tl.constexpr,
+    PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, PREP_COLUMNS: tl.constexpr, GLAST_CARRY: tl.constexpr,
 ):
     n = tl.program_id(0)  # chunk
     bh = tl.program_id(1)
@@ -335,7 +354,7 @@ def _kda_prep(
     else:
         a00, a10, a11, a20, a21, a22, a30, a31, a32, a33 = _products_pairs(
             q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
-            m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3, BT, SUB, BK, PREP_BK)
+            m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3, BT, SUB, BK, PREP_BK, GLAST_CARRY)
 
     # --- L = I + diag(beta) A, by blocks: inverses of the four diagonal blocks (strictly lower
     #     parts only), then block forward substitution for W = L^-1 B and U0 = L^-1 (beta V) ---
@@ -444,7 +463,8 @@ def kda(q, k, v, g, beta, scale):
     _kda_prep[(NT, B * H)](
         q, k, v, g, beta, w, u0, qg, kd, m, gl, T, H, K, V, NT, scale,
         BT=BT, SUB=SUB, BK=BK, BVP=BVP, PREP_BK=min(BK, CONFIG["PREP_BK"]), PREP_BV=min(BVP, CONFIG["PREP_BV"]),
-        PREP_COLUMNS=CONFIG["PREP_FORM"] == "columns", num_warps=CONFIG["PREP_WARPS"],
+        PREP_COLUMNS=CONFIG["PREP_FORM"] == "columns", GLAST_CARRY=CONFIG["PREP_GLAST"] == "carry",
+        num_warps=CONFIG["PREP_WARPS"],
         **({"maxnreg": CONFIG["PREP_MAXNREG"]} if CONFIG["PREP_MAXNREG"] else {}),
     )
     many = "_MANY" if B * H >= CONFIG["MANY_HEADS"] else ""
