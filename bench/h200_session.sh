@@ -27,7 +27,8 @@
 #   kda-forms      the KDA preparation's register caps and "columns" form, wider scan blocks (bench/kda.py
 #                  --preset forms), the pick judged against FLA at B=1,T=8192 (~280 s)
 #   ncu-fences     ncu through the sandbox with each OS fence off in turn (bench/ncu_probe.py --fences)
-#   ncu-source     the KDA preparation's metrics per SASS instruction (bench/ncu_probe.py --source _kda_prep)
+#   ncu-source     metrics per SASS instruction of the KDA preparation and MLA stage 1 (bench/ncu_probe.py
+#                  --source; summarize with bench/ncu_sass_summary.py)
 #   ncu            Nsight Compute: profile_kernel's path through the sandbox, then the tuned kernels'
 #                  detailed reports (stall reasons, occupancy, memory) outside it (bench/ncu_probe.py)
 # Session 5 (30 device minutes, one GPU lent) ran: (1) kda-shapes + ncu, (2) tuner-kda-start (the
@@ -102,8 +103,9 @@ for step in "$@"; do
       timeout 300 python3 bench/kda.py all --preset forms --shapes 1 --kernel tuned --budget-s 260 --out "$out" ;;
     ncu-fences)  # which of the sandbox's fences stops ncu's injection (the candidate died with SIGSEGV)
       timeout 100 python3 bench/ncu_probe.py --out "$out" --fences --problem kda ;;
-    ncu-source)  # per-SASS-instruction metrics of the KDA preparation (warp stall samples), for its next rewrite
-      timeout 200 python3 bench/ncu_probe.py --out "$out" --source _kda_prep ;;
+    ncu-source)  # per-SASS-instruction metrics (warp stall samples) of the KDA preparation and MLA stage 1
+      timeout 120 python3 bench/ncu_probe.py --out "$out" --source _kda_prep
+      timeout 120 python3 bench/ncu_probe.py --out "$out" --source _mla_split_kernel --problem mla_decode ;;
     ncu)
       # KDA first: its preparation is the kernel whose bound we need to know (issue 7)
       timeout 300 python3 bench/ncu_probe.py --out "$out" --problem kda --problem mla_decode ;;

@@ -13,8 +13,9 @@
    off in turn (the judge's MARATHON_SANDBOX_* switches). On the H200 the candidate's process died
    with SIGSEGV under ncu with all fences up (session 5); which fence does ncu's injection trip over?
    -> "fences" in ncu_metrics.json (this runs the candidate less fenced: the shipped kernels only)
-4. With --source KERNEL: the full metric set of one launch of the KDA tuned kernel named KERNEL
-   (e.g. _kda_prep), per SASS instruction (ncu --page source --print-source sass --csv, warp stall
+4. With --source KERNEL: the full metric set of one launch of the tuned kernel named KERNEL (of the
+   first --problem, default kda; e.g. _kda_prep, or _mla_split_kernel with --problem mla_decode), per
+   SASS instruction (ncu --page source --print-source sass --csv, warp stall
    samples included), gzipped -> DIR/ncu_<KERNEL without leading _>_sass.csv.gz: where inside the kernel the time goes
 """
 from __future__ import annotations
@@ -55,7 +56,7 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--problem", action="append", default=[])
     ap.add_argument("--fences", action="store_true", help="only step 3: which fence breaks ncu in the sandbox")
-    ap.add_argument("--source", default=None, metavar="KERNEL", help="only step 4, for this KDA kernel")
+    ap.add_argument("--source", default=None, metavar="KERNEL", help="only step 4, for this kernel of the first --problem (default kda)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -79,16 +80,17 @@ def main() -> int:
         import gzip
         cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name", args.source,
                "--launch-count", "1", "--set", "full", "--import-source", "yes", "--page", "source",
-               "--print-source", "sass", "--csv", sys.executable, str(Path(__file__).resolve()), "--child", "kda"]
+               "--print-source", "sass", "--csv", sys.executable, str(Path(__file__).resolve()), "--child",
+               (args.problem or ["kda"])[0]]
         t0 = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT)
         path = out / f"ncu_{args.source.strip('_')}_sass.csv.gz"
         path.write_bytes(gzip.compress(proc.stdout.encode()))
         record["source"] = {"kernel": args.source, "exit": proc.returncode, "s": round(time.monotonic() - t0, 1),
                             "lines": proc.stdout.count("\n"), "stderr_tail": proc.stderr[-1500:],
-                            "cmd": " ".join(cmd[:-4] + ["python", "bench/ncu_probe.py", "--child", "kda"])}
+                            "cmd": " ".join(cmd[:-4] + ["python", "bench/ncu_probe.py", "--child", cmd[-1]])}
         print(json.dumps(record["source"])[:1500], flush=True)
-        (out / "ncu_source.json").write_text(json.dumps(record, indent=2))
+        (out / f"ncu_source_{args.source.strip('_')}.json").write_text(json.dumps(record, indent=2))
         return 0
     if args.fences:
         from kernels.judge import FENCE_SWITCHES
