@@ -1,4 +1,4 @@
-"""Nsight Compute on the GPU host, two ways, for the shipped tuned kernels.
+"""Nsight Compute on the GPU host, for the shipped tuned kernels (steps 1-2 by default; 3 and 4 on request).
 
     python bench/ncu_probe.py --out DIR [--problem mla_decode|kda ...]
 
@@ -31,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+# the shipped tuned kernels' Triton kernels, as the evaluator names those of a candidate
+TUNED_KERNELS = [f"candidate.{name}" for name in ("_mla_split_kernel", "_mla_merge_kernel", "_kda_prep", "_kda_scan")]
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "MemoryWorkloadAnalysis",
             "SchedulerStats", "ComputeWorkloadAnalysis")
 
@@ -97,14 +99,13 @@ def main() -> int:
         problem = (args.problem or ["kda"])[0]
         spec = get_problem(problem)
         req = request_for(problem, "tuned", device="cuda", shapes=[spec.shapes("bench")[0]])
-        kernels = [f"candidate.{name}" for name in ("_mla_split_kernel", "_mla_merge_kernel", "_kda_prep", "_kda_scan")]
         record["fences"] = []
         for off in ([], ["netns"], ["landlock"], ["seccomp"]):
             saved = {FENCE_SWITCHES[n]: os.environ.get(FENCE_SWITCHES[n]) for n in off}
             os.environ.update({FENCE_SWITCHES[n]: "0" for n in off})
             t0 = time.monotonic()
             try:
-                found = ncu_metrics(req, kernels, timeout_s=120)
+                found = ncu_metrics(req, TUNED_KERNELS, timeout_s=120)
             finally:
                 for name, value in saved.items():
                     if value is None:
@@ -121,9 +122,8 @@ def main() -> int:
         spec = get_problem(problem)
         shape = spec.shapes("bench")[0]
         req = request_for(problem, "tuned", device="cuda", shapes=[shape])
-        kernels = [f"candidate.{name}" for name in ("_mla_split_kernel", "_mla_merge_kernel", "_kda_prep", "_kda_scan")]
         t0 = time.monotonic()
-        metrics = ncu_metrics(req, kernels, timeout_s=120)
+        metrics = ncu_metrics(req, TUNED_KERNELS, timeout_s=120)
         row = {"shape": shape, "through_sandbox": metrics, "through_sandbox_s": round(time.monotonic() - t0, 1)}
         print(problem, json.dumps(row)[:2000])
         cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name",

@@ -56,6 +56,9 @@ def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int 
             "local_ld_st": len(re.findall(r"\b(?:LDL|STL)", sass)), "hmma": len(re.findall(r"\bHMMA", sass)),
             "hgmma": len(re.findall(r"\bHGMMA", sass)), "barriers": len(re.findall(r"\bBAR\.", sass)),
             "shared_ld_st": len(re.findall(r"\b(?:LDS|STS|LDSM)\b", sass)),
+            "global_ld": len(re.findall(r"\bLDG\b", sass)),
+            # every SASS instruction (the kernel's body: offsets in /*0000*/ comments, an opcode after them)
+            "instructions": len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+\S", sass, re.M)),
             "shared_bytes": kernel.metadata.shared}
 
 
@@ -75,9 +78,9 @@ def resources(block_h: int, block_n: int, warps: int, stages: int) -> dict:
 
 
 def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | None = None, columns: bool = False,
-                       glast_carry: bool = False, kernel=None) -> dict:
+                       glast_carry: bool = False) -> dict:
     """The KDA preparation kernel at K = V = 128 (bf16 inputs, fp32 gates), in PREP_FORM "pairs" or
-    (columns) "columns"; `kernel` another preparation with the same signature (an experiment)."""
+    (columns) "columns", PREP_GLAST "load" or (glast_carry) "carry"."""
     from kernels.kda import tuned
     sig = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}
     sig.update({"g_ptr": "*fp32", "beta_ptr": "*bf16"})
@@ -90,7 +93,7 @@ def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | No
     return {"kernel": "_kda_prep", "PREP_FORM": "columns" if columns else "pairs",
             "PREP_GLAST": "carry" if glast_carry else "load", "PREP_BK": prep_bk,
             "PREP_BV": prep_bv, "maxnreg": maxnreg,
-            **compiled(kernel or tuned._kda_prep, sig, consts, warps, 1, maxnreg,
+            **compiled(tuned._kda_prep, sig, consts, warps, 1, maxnreg,
                        aligned=tuple(n for n, t in sig.items() if t not in ("constexpr", "fp32")))}
 
 

@@ -73,7 +73,8 @@ def profiler_env() -> dict[str, str]:
     """The variables Nsight Compute put into the judge's environment (its injection library and how to
     reach the profiler), for the candidate's process: without them the injected library that follows
     child processes crashed the sandbox (SIGSEGV, on the H200 with every fence up and with each one
-    down). Only under ncu_metrics; never a variable whose name looks like a secret, never ours."""
+    down). Only under ncu_metrics; never a variable whose name looks like a secret, never ours
+    (MARATHON_*, PROFILER_BASE_ENV included)."""
     base = os.environ.get(PROFILER_BASE_ENV)
     if not base:
         return {}
@@ -82,7 +83,7 @@ def profiler_env() -> dict[str, str]:
     except ValueError:
         return {}
     return {k: v for k, v in os.environ.items()
-            if digests.get(k) != env_digest(v) and k != PROFILER_BASE_ENV and not k.startswith("MARATHON_")
+            if digests.get(k) != env_digest(v) and not k.startswith("MARATHON_")
             and not any(w in k.upper() for w in SECRET_WORDS)}
 
 

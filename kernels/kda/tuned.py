@@ -260,7 +260,7 @@ def _column(kE3, qE3, X3, Gm3, blk3, J, a, m, BT: tl.constexpr, PREP_BK: tl.cons
 
 
 @triton.jit
-def _products_columns(q_ptr, k_ptr, g_ptr, beta_ptr, qk_base, t0, T, H, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr,
+def _products_columns(q_ptr, k_ptr, g_ptr, qk_base, t0, T, H, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr,
                       s_base, m_ptr, m_base, gl_ptr, gl_base, bb,
                       BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, PREP_BK: tl.constexpr):
     """PREP_FORM "columns": the same A, M and per-token outputs as _products_pairs, with the chunk held
@@ -349,7 +349,7 @@ def _kda_prep(
 
     if PREP_COLUMNS:
         a00, a10, a11, a20, a21, a22, a30, a31, a32, a33 = _products_columns(
-            q_ptr, k_ptr, g_ptr, beta_ptr, qk_base, t0, T, H, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
+            q_ptr, k_ptr, g_ptr, qk_base, t0, T, H, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
             m_ptr, m_base, gl_ptr, gl_base, bb, BT, SUB, BK, PREP_BK)
     else:
         a00, a10, a11, a20, a21, a22, a30, a31, a32, a33 = _products_pairs(
