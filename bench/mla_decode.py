@@ -67,6 +67,12 @@ STAGE1 = [
     # two 8-row MMA slices per warp instead of one: twice the independent chains, half the tiles
     # (the B=1 stage 1 looks latency-bound; bench/results/mla_decode_NOTES.md, session 3)
     (16, 64, 4, 2),
+    # FORM "tokens" (cache rows as the products' M, so wgmma at any head block). Compiled for sm_90 on
+    # a CPU host first (bench/sm90_resources.py): 64-row tiles take 168-229 KB of shared memory at 2
+    # stages, 128-row tiles fit only at 1 stage; 64 heads at 8 warps spill
+    (16, 64, 4, 1, "tokens"), (16, 64, 4, 2, "tokens"), (16, 64, 8, 2, "tokens"), (32, 64, 4, 1, "tokens"),
+    (32, 64, 8, 1, "tokens"), (32, 64, 8, 2, "tokens"), (64, 64, 8, 1, "tokens"), (16, 128, 4, 1, "tokens"),
+    (16, 128, 8, 1, "tokens"), (32, 128, 8, 1, "tokens"),
 ]
 SPLIT_WAVES = (0.25, 0.5, 1, 2, 4)
 MERGE_VARIANTS = ((128, 4), (64, 2), (256, 4), (512, 8))  # (MERGE_BLOCK_D, MERGE_WARPS)
@@ -79,9 +85,9 @@ def base_config() -> dict:
 
 
 def stage1_config(base: dict, pre: str, variant: tuple, waves: float) -> dict:
-    bh, bn, nw, ns = variant
+    bh, bn, nw, ns, form = (*variant, "heads")[:5]
     return {**base, pre + "BLOCK_H": bh, pre + "BLOCK_N": bn, pre + "num_warps": nw, pre + "num_stages": ns,
-            pre + "SPLIT_WAVES": waves, "NUM_SPLITS": "auto"}
+            pre + "SPLIT_WAVES": waves, pre + "FORM": form, "NUM_SPLITS": "auto"}
 
 
 # ---------------------------------------------------------------------------------------------- timing
@@ -242,7 +248,7 @@ def tune(out_dir: Path, workers: int = 8, deadline: float | None = None, device:
                 continue
             rows.append(measure(cfg, [shape]))
     leaders = {pre: [r["config"] for r in ranked(rows, 1)[:finalists]] for pre, rows in phase1.items()}
-    regime_keys = {pre: [pre + k for k in ("BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "SPLIT_WAVES")]
+    regime_keys = {pre: [pre + k for k in ("BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "SPLIT_WAVES", "FORM")]
                    for pre, _ in regimes}
 
     # phase 2: the regimes' leaders combined, with the merge kernel's shape and PDL, on both shapes
@@ -371,8 +377,8 @@ def _tune_line(row: dict) -> str:
     c = row["config"]
     parts = []
     for pre in ("SMALL_", ""):
-        parts.append(f"{pre[:1] or 'L'}:H{c[pre + 'BLOCK_H']}N{c[pre + 'BLOCK_N']}w{c[pre + 'num_warps']}"
-                     f"s{c[pre + 'num_stages']}x{c[pre + 'SPLIT_WAVES']}")
+        parts.append(f"{pre[:1] or 'L'}:{'T' if c.get(pre + 'FORM') == 'tokens' else ''}H{c[pre + 'BLOCK_H']}"
+                     f"N{c[pre + 'BLOCK_N']}w{c[pre + 'num_warps']}s{c[pre + 'num_stages']}x{c[pre + 'SPLIT_WAVES']}")
     head = " ".join(parts) + f" m{c['MERGE_BLOCK_D']}/{c['MERGE_WARPS']}{' pdl' if c['PDL'] else ''}"
     if "error" in row:
         return head + " ERROR " + row["error"][:120]

@@ -75,3 +75,29 @@ def test_broken_merge_is_incorrect():
     source = forced_splits().replace(old, new)
     v = judge(source, shapes=[{"B": 1, "H": 3, "S": 77}])
     assert v.status == "incorrect", v.reason
+
+
+def test_tokens_form_on_odd_shapes():
+    # FORM "tokens" (cache rows as the products' M dimension) through both paths: the split and merge
+    # path (B=3, H=17: a head block holding one head, S=70: a partial last tile) and the one-split
+    # path that writes the output directly (S=45 fits one split at MIN_SPLIT=64)
+    source = forced_splits(FORM="tokens", SMALL_FORM="tokens")
+    v = judge(source, shapes=[{"B": 3, "H": 17, "S": 70}])
+    assert v.status == "ok", v.reason + v.log_tail
+    assert any(k.endswith("_mla_split_tokens_kernel") for k in v.kernels_launched)
+    assert any(k.endswith("_mla_merge_kernel") for k in v.kernels_launched)
+    cfg = dict(read_tunables(TUNED)[1], FORM="tokens", SMALL_FORM="tokens", MIN_SPLIT=64)
+    v = judge(with_config(TUNED, cfg), shapes=[{"B": 1, "H": 5, "S": 45}])
+    assert v.status == "ok", v.reason + v.log_tail
+    assert not any(k.endswith("_mla_merge_kernel") for k in v.kernels_launched)
+
+
+def test_broken_tokens_form_is_incorrect():
+    # online softmax's classic bug in the transposed form: the numerator not rescaled when the
+    # running max grows (the denominator is), which a split of several tiles exposes
+    old = "acc = tl.dot(tl.trans(c), p.to(c.dtype), acc=acc * alpha[None, :])"
+    assert TUNED.count(old) == 1
+    source = forced_splits(FORM="tokens", SMALL_FORM="tokens").replace(
+        old, "acc = tl.dot(tl.trans(c), p.to(c.dtype), acc=acc)")
+    v = judge(source, shapes=[{"B": 1, "H": 3, "S": 77}])
+    assert v.status == "incorrect", v.reason

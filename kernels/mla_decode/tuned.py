@@ -40,15 +40,17 @@ import triton.language as tl
 #   MERGE_BLOCK_D, MERGE_WARPS: the merge kernel's output columns per program and warps
 #   PDL          launch the merge as a programmatic dependent launch (Hopper): its programs start
 #                while stage 1 finishes and wait in griddepcontrol.wait, hiding one launch latency
+#   FORM         stage 1's products: "heads" as their M dimension, or "tokens" (transposed: cache rows
+#                as M, so that wgmma serves any head block; wants BLOCK_N a multiple of 64)
 TUNABLES = {
     "BLOCK_H": (16, 32, 64),
-    "BLOCK_N": (16, 32, 64),
+    "BLOCK_N": (16, 32, 64, 128),
     "num_warps": (4, 8),
     "num_stages": (1, 2, 3, 4),
     "SPLIT_WAVES": (0.25, 0.5, 1, 2, 4),
     "SMALL_BELOW": (0, 2, 4, 8, 16, 32),
     "SMALL_BLOCK_H": (16, 32, 64),
-    "SMALL_BLOCK_N": (16, 32, 64),
+    "SMALL_BLOCK_N": (16, 32, 64, 128),
     "SMALL_num_warps": (4, 8),
     "SMALL_num_stages": (1, 2, 3, 4),
     "SMALL_SPLIT_WAVES": (0.25, 0.5, 1, 2, 4),
@@ -57,13 +59,15 @@ TUNABLES = {
     "MERGE_BLOCK_D": (64, 128, 256, 512),
     "MERGE_WARPS": (1, 2, 4, 8),
     "PDL": (False, True),
+    "FORM": ("heads", "tokens"),
+    "SMALL_FORM": ("heads", "tokens"),
 }
 # Picked on an H200 by `python bench/mla_decode.py tune` (bench/results/mla_decode_tune.json): CUDA-graph
 # time after an L2 flush, 21.7 us at B=1, H=64, S=8192 and 272 us at B=32, H=128, S=8192.
 CONFIG = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "SPLIT_WAVES": 1,
           "SMALL_BELOW": 16, "SMALL_BLOCK_H": 16, "SMALL_BLOCK_N": 32, "SMALL_num_warps": 4,
           "SMALL_num_stages": 3, "SMALL_SPLIT_WAVES": 1, "NUM_SPLITS": "auto", "MIN_SPLIT": 64,
-          "MERGE_BLOCK_D": 256, "MERGE_WARPS": 4, "PDL": True}
+          "MERGE_BLOCK_D": 256, "MERGE_WARPS": 4, "PDL": True, "FORM": "heads", "SMALL_FORM": "heads"}
 
 D_LATENT = 512
 LOG2E = 1.4426950408889634
@@ -128,6 +132,14 @@ def _mla_split_kernel(
         m_i = m_new
         kv_tile += BLOCK_N * D_QK
 
+    _split_epilogue(acc, m_i, l_i, ws_ptr, o_ptr, b, offs_h, h_ok, offs_c, B, H, split, n_splits, D_LAT,
+                    SINGLE_SPLIT)
+
+
+@triton.jit
+def _split_epilogue(acc, m_i, l_i, ws_ptr, o_ptr, b, offs_h, h_ok, offs_c, B, H, split, n_splits,
+                    D_LAT: tl.constexpr, SINGLE_SPLIT: tl.constexpr):
+    """Normalise a split's [heads, 512] numerator; write the output (one split) or the workspace."""
     # an empty split (only when a fixed NUM_SPLITS outnumbers the rows) has l = 0: lse -inf, o 0
     has_rows = l_i > 0.0
     out = acc / tl.where(has_rows, l_i, 1.0)[:, None]
@@ -139,6 +151,68 @@ def _mla_split_kernel(
         row = (b * H + offs_h) * n_splits + split  # (batch, head, split) in the workspace
         tl.store(ws_ptr + row[:, None] * D_LAT + offs_c[None, :], out, mask=h_ok[:, None])
         tl.store(ws_ptr + B * H * n_splits * D_LAT + row, lse, mask=h_ok)
+
+
+@triton.jit
+def _mla_split_tokens_kernel(
+    q_ptr, kv_ptr, ws_ptr, o_ptr,
+    B, H, S, split_len, n_splits, qk_scale,
+    D_LAT: tl.constexpr, D_ROPE: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    SINGLE_SPLIT: tl.constexpr, USE_PDL: tl.constexpr,
+):
+    """Stage 1 with the products transposed ("tokens" form): cache rows are the M dimension,
+
+        scores^T [BLOCK_N, BLOCK_H] = c @ q_lat^T + r @ q_rope^T
+        acc^T    [512, BLOCK_H]    += c^T @ weights^T
+
+    so both products run as Hopper wgmma (M a multiple of 64) however few heads a program takes.
+    With heads as M (`_mla_split_kernel`), 16 heads get only mma.sync, whose chain of 36 dependent
+    MMAs over the 576 columns sets the pace of each tile. Same grid, workspace and epilogue."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    D_QK: tl.constexpr = D_LAT + D_ROPE
+    hb = tl.program_id(0)
+    split = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
+
+    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_ok = offs_h < H
+    offs_c = tl.arange(0, D_LAT)
+    offs_r = tl.arange(0, D_ROPE)
+    # the query block, loaded transposed ([columns, heads]): the B operand of the score product
+    q_cols = q_ptr + (b * H + offs_h[None, :]) * D_QK
+    q_lat_t = tl.load(q_cols + offs_c[:, None], mask=h_ok[None, :], other=0.0)
+    q_rope_t = tl.load(q_cols + D_LAT + offs_r[:, None], mask=h_ok[None, :], other=0.0)
+
+    start = split * split_len
+    end = tl.minimum(start + split_len, S)
+
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([D_LAT, BLOCK_H], dtype=tl.float32)  # the numerator, transposed
+    kv_tile = kv_ptr + (b * S + start) * D_QK
+    offs_t = tl.arange(0, BLOCK_N)
+    for n0 in range(start, end, BLOCK_N):
+        n_ok = n0 + offs_t < end
+        kv_rows = kv_tile + offs_t[:, None] * D_QK
+        c = tl.load(kv_rows + offs_c[None, :], mask=n_ok[:, None], other=0.0)  # [BLOCK_N, 512]: K and V
+        r = tl.load(kv_rows + D_LAT + offs_r[None, :], mask=n_ok[:, None], other=0.0)
+
+        s = tl.dot(c, q_lat_t)
+        s = tl.dot(r, q_rope_t, acc=s)
+        s = tl.where(n_ok[:, None], s * qk_scale, float("-inf"))
+
+        m_new = tl.maximum(m_i, tl.max(s, axis=0))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[None, :])
+        l_i = l_i * alpha + tl.sum(p, axis=0)
+        acc = tl.dot(tl.trans(c), p.to(c.dtype), acc=acc * alpha[None, :])
+        m_i = m_new
+        kv_tile += BLOCK_N * D_QK
+
+    _split_epilogue(tl.trans(acc), m_i, l_i, ws_ptr, o_ptr, b, offs_h, h_ok, offs_c, B, H, split, n_splits,
+                    D_LAT, SINGLE_SPLIT)
 
 
 @triton.jit
@@ -208,7 +282,8 @@ def mla_decode(q: torch.Tensor, kv: torch.Tensor, scale: float) -> torch.Tensor:
     # one workspace: partial outputs, then log-sum-exps (with one split stage 1 never touches it)
     ws = o if single else torch.empty(B * H * splits * (D_LATENT + 1), device=q.device, dtype=torch.float32)
 
-    _mla_split_kernel[(n_hb, splits, B)](
+    stage1 = _mla_split_tokens_kernel if CONFIG[pre + "FORM"] == "tokens" else _mla_split_kernel
+    stage1[(n_hb, splits, B)](
         q, kv, ws, o, B, H, S, split_len, splits, scale * LOG2E,
         D_LAT=D_LATENT, D_ROPE=D - D_LATENT, BLOCK_H=block_h, BLOCK_N=block_n, SINGLE_SPLIT=single,
         USE_PDL=pdl, num_warps=CONFIG[pre + "num_warps"], num_stages=CONFIG[pre + "num_stages"],
