@@ -26,6 +26,8 @@
 #                  `marathon dev` on the same state and follows the run to its report
 #   kda-forms      the KDA preparation's register caps and "columns" form, wider scan blocks (bench/kda.py
 #                  --preset forms), the pick judged against FLA at B=1,T=8192 (~280 s)
+#   mla-tune       bench/mla_decode.py tune: MLA stage 1 in both FORMs (heads or cache rows as the products'
+#                  M), split counts, merge shapes and PDL, timed as CUDA graphs after an L2 flush (~4.5 min)
 #   ncu-fences     ncu through the sandbox with each OS fence off in turn (bench/ncu_probe.py --fences)
 #   ncu-source     metrics per SASS instruction of the KDA preparation and MLA stage 1 (bench/ncu_probe.py
 #                  --source; summarize with bench/ncu_sass_summary.py)
@@ -99,8 +101,10 @@ for step in "$@"; do
       tar czf "$out/artifacts.tgz" -C "$state" artifacts ;;
     kda-scan-speed)
       timeout 45 python3 bench/kda_scan_forms.py speed --out "$out/kda_scan_speed.json" ;;
+    mla-tune)  # stage-1 variants (both FORMs) x split counts per regime, then merge/PDL; the pick's diagnosis
+      timeout 290 python3 bench/mla_decode.py tune --budget-s 460 --out "$out" ;;
     kda-forms)  # FORMS_PREP / FORMS_SCAN of bench/kda.py, the pick end to end beside FLA, then judged at B=1,T=8192
-      timeout 300 python3 bench/kda.py all --preset forms --shapes 1 --kernel tuned --budget-s 260 --out "$out" ;;
+      timeout 270 python3 bench/kda.py all --preset forms --shapes 1 --kernel tuned --budget-s 230 --out "$out" ;;
     ncu-fences)  # which of the sandbox's fences stops ncu's injection (the candidate died with SIGSEGV)
       timeout 100 python3 bench/ncu_probe.py --out "$out" --fences --problem kda ;;
     ncu-source)  # per-SASS-instruction metrics (warp stall samples) of the KDA preparation and MLA stage 1

@@ -56,6 +56,10 @@ TUNABLES = {
     # pairs only: the chunk's total gate from a load of all its gates up front ("load") or from the
     # running sum after the last sub-chunk ("carry"; the decayed keys are then stored at the end)
     "PREP_GLAST": ("load", "carry"),
+    # the precision of the products that invert the solve's 16 x 16 diagonal blocks: "ieee" (full fp32,
+    # on the FMA units) or tensor-core tf32 ("tf32x3": three tf32 products, about fp32's accuracy);
+    # the inverses are rounded to the dot dtype (bf16 on the GPU) right after
+    "PREP_INV": ("ieee", "tf32x3", "tf32"),
     # the scan: V columns of the state per program, warps, and how many chunks ahead its loads run
     # (1, no pipelining, faulted on the H200 with 4 warps: left out); one set for few batch*heads
     # (V split finely, to spread over the SMs) and one for many
@@ -66,11 +70,14 @@ TUNABLES = {
     "SCAN_BV_MANY": (16, 32, 64, 128),
     "SCAN_WARPS_MANY": (4, 8),
     "SCAN_STAGES_MANY": (2, 3, 4),
+    # launch the scan as a programmatic dependent launch (Hopper): its programs are placed while the
+    # preparation's last wave runs and wait in griddepcontrol.wait, hiding the launch gap between them
+    "SCAN_PDL": (False, True),
 }
 CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4, "PREP_FORM": "pairs", "PREP_MAXNREG": 0,
-          "PREP_GLAST": "load",
+          "PREP_GLAST": "load", "PREP_INV": "ieee",
           "MANY_HEADS": 128, "SCAN_BV": 32, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
-          "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3}
+          "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3, "SCAN_PDL": False}
 
 SUB = 16  # sub-chunk: the re-centring window and the smallest tile tl.dot accepts
 
@@ -137,18 +144,18 @@ def _pair(kE_i, qE_i, X_j, Gm_i, Gm_j, a, m):
 
 
 @triton.jit
-def _inv_unit_lower(N, SUB: tl.constexpr):
-    """(I + N)^-1 for a strictly lower 16 x 16 N, in full fp32 (no tf32). N is nilpotent (N^16 = 0),
-    so the Neumann series sum_p (-N)^p is exact and factors as (I - N)(I + N^2)(I + N^4)(I + N^8):
-    six small products instead of a 15-step row-by-row substitution."""
+def _inv_unit_lower(N, SUB: tl.constexpr, PREC: tl.constexpr):
+    """(I + N)^-1 for a strictly lower 16 x 16 N, in fp32 products of precision PREC (PREP_INV). N is
+    nilpotent (N^16 = 0), so the Neumann series sum_p (-N)^p is exact and factors as
+    (I - N)(I + N^2)(I + N^4)(I + N^8): six small products instead of a 15-step row-by-row substitution."""
     r = tl.arange(0, SUB)
     eye = (r[:, None] == r[None, :]).to(tl.float32)
-    n2 = tl.dot(N, N, input_precision="ieee")
-    n4 = tl.dot(n2, n2, input_precision="ieee")
-    n8 = tl.dot(n4, n4, input_precision="ieee")
-    t = tl.dot(eye - N, eye + n2, input_precision="ieee")
-    t = tl.dot(t, eye + n4, input_precision="ieee")
-    return tl.dot(t, eye + n8, input_precision="ieee")
+    n2 = tl.dot(N, N, input_precision=PREC)
+    n4 = tl.dot(n2, n2, input_precision=PREC)
+    n8 = tl.dot(n4, n4, input_precision=PREC)
+    t = tl.dot(eye - N, eye + n2, input_precision=PREC)
+    t = tl.dot(t, eye + n4, input_precision=PREC)
+    return tl.dot(t, eye + n8, input_precision=PREC)
 
 
 @triton.jit
@@ -323,7 +330,10 @@ def _kda_prep(
     T, H, K, V, NT, scale,
     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
     PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, PREP_COLUMNS: tl.constexpr, GLAST_CARRY: tl.constexpr,
+    INV_PREC: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    if USE_PDL:  # let the scan grid launch once every program here has started
+        tl.extra.cuda.gdc_launch_dependents()
     n = tl.program_id(0)  # chunk
     bh = tl.program_id(1)
     b = bh // H
@@ -359,10 +369,10 @@ def _kda_prep(
     # --- L = I + diag(beta) A, by blocks: inverses of the four diagonal blocks (strictly lower
     #     parts only), then block forward substitution for W = L^-1 B and U0 = L^-1 (beta V) ---
     strict = cs[:, None] > cs[None, :]
-    t00 = _inv_unit_lower(tl.where(strict, a00, 0.0) * b0[:, None], SUB).to(DT)
-    t11 = _inv_unit_lower(tl.where(strict, a11, 0.0) * b1[:, None], SUB).to(DT)
-    t22 = _inv_unit_lower(tl.where(strict, a22, 0.0) * b2[:, None], SUB).to(DT)
-    t33 = _inv_unit_lower(tl.where(strict, a33, 0.0) * b3[:, None], SUB).to(DT)
+    t00 = _inv_unit_lower(tl.where(strict, a00, 0.0) * b0[:, None], SUB, INV_PREC).to(DT)
+    t11 = _inv_unit_lower(tl.where(strict, a11, 0.0) * b1[:, None], SUB, INV_PREC).to(DT)
+    t22 = _inv_unit_lower(tl.where(strict, a22, 0.0) * b2[:, None], SUB, INV_PREC).to(DT)
+    t33 = _inv_unit_lower(tl.where(strict, a33, 0.0) * b3[:, None], SUB, INV_PREC).to(DT)
     n10 = (a10 * -b1[:, None]).to(DT)
     n20 = (a20 * -b2[:, None]).to(DT)
     n21 = (a21 * -b2[:, None]).to(DT)
@@ -404,9 +414,11 @@ def _kda_prep(
 def _kda_scan(
     w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr,
     T, H, V, NT,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BVP: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BVP: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     """Chunk after chunk: U = U0 - W S;  O = Qg S + M U;  S = exp(G_last) * S + Kd^T U."""
+    if USE_PDL:  # launched early: wait until the preparation has finished and its writes are visible
+        tl.extra.cuda.gdc_wait()
     bh = tl.program_id(0)
     pid_v = tl.program_id(1)
     b = bh // H
@@ -460,18 +472,20 @@ def kda(q, k, v, g, beta, scale):
     m = torch.empty((B * H, TP, BT), device=dev, dtype=dt)
     gl = torch.empty((B * H, NT, BK), device=dev, dtype=torch.float32)
     o = torch.empty((B, T, H, V), device=dev, dtype=v.dtype)
+    pdl = bool(CONFIG["SCAN_PDL"]) and q.is_cuda
     _kda_prep[(NT, B * H)](
         q, k, v, g, beta, w, u0, qg, kd, m, gl, T, H, K, V, NT, scale,
         BT=BT, SUB=SUB, BK=BK, BVP=BVP, PREP_BK=min(BK, CONFIG["PREP_BK"]), PREP_BV=min(BVP, CONFIG["PREP_BV"]),
         PREP_COLUMNS=CONFIG["PREP_FORM"] == "columns", GLAST_CARRY=CONFIG["PREP_GLAST"] == "carry",
-        num_warps=CONFIG["PREP_WARPS"],
+        INV_PREC=CONFIG["PREP_INV"], USE_PDL=pdl, num_warps=CONFIG["PREP_WARPS"],
         **({"maxnreg": CONFIG["PREP_MAXNREG"]} if CONFIG["PREP_MAXNREG"] else {}),
     )
     many = "_MANY" if B * H >= CONFIG["MANY_HEADS"] else ""
     BV = min(BVP, CONFIG["SCAN_BV" + many])
     _kda_scan[(B * H, BVP // BV)](
         w, u0, qg, kd, m, gl, o, T, H, V, NT,
-        BT=BT, BK=BK, BV=BV, BVP=BVP, num_warps=CONFIG["SCAN_WARPS" + many],
+        BT=BT, BK=BK, BV=BV, BVP=BVP, USE_PDL=pdl, num_warps=CONFIG["SCAN_WARPS" + many],
         num_stages=CONFIG["SCAN_STAGES" + many],
+        **({"launch_pdl": True} if pdl else {}),  # a launch option of the NVIDIA backend only
     )
     return o
