@@ -28,6 +28,8 @@
 #                  --preset forms), the pick judged against FLA at B=1,T=8192 (~280 s)
 #   mla-tune       bench/mla_decode.py tune: MLA stage 1 in both FORMs (heads or cache rows as the products'
 #                  M), split counts, merge shapes and PDL, timed as CUDA graphs after an L2 flush (~4.5 min)
+#   mla-breakdown  bench/mla_decode.py breakdown: B=1 time split between stage 1 and the merge, per config
+#   ncu-source-mla the MLA half of ncu-source alone
 #   ncu-fences     ncu through the sandbox with each OS fence off in turn (bench/ncu_probe.py --fences)
 #   ncu-source     metrics per SASS instruction of the KDA preparation and MLA stage 1 (bench/ncu_probe.py
 #                  --source; summarize with bench/ncu_sass_summary.py)
@@ -103,6 +105,10 @@ for step in "$@"; do
       timeout 45 python3 bench/kda_scan_forms.py speed --out "$out/kda_scan_speed.json" ;;
     mla-tune)  # stage-1 variants (both FORMs) x split counts per regime, then merge/PDL; the pick's diagnosis
       timeout 290 python3 bench/mla_decode.py tune --budget-s 460 --out "$out" ;;
+    mla-breakdown)  # B=1: the whole call, stage 1 alone and the merge alone, per configuration
+      timeout 150 python3 bench/mla_decode.py breakdown --out "$out" ;;
+    ncu-source-mla)  # per-SASS-instruction warp stall samples of MLA stage 1 alone
+      timeout 120 python3 bench/ncu_probe.py --out "$out" --source _mla_split_kernel --problem mla_decode ;;
     kda-forms)  # FORMS_PREP / FORMS_SCAN of bench/kda.py, the pick end to end beside FLA, then judged at B=1,T=8192
       timeout 270 python3 bench/kda.py all --preset forms --shapes 1 --kernel tuned --budget-s 230 --out "$out" ;;
     ncu-fences)  # which of the sandbox's fences stops ncu's injection (the candidate died with SIGSEGV)

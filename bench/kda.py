@@ -63,12 +63,11 @@ SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_ST
 # tiles instead of ten 16 x 16 ones), and wider scan blocks (fewer programs re-reading each chunk).
 # Session 5's run had no PREP_GLAST rows; "carry" came after it (792 -> 72 B of spills for sm_90).
 # session 6: the forms measured slower in session 5 (bench/results/kda_forms_tune.json: "columns",
-# 2 warps, register caps) are left out; the carry variant had not been timed, and tf32 inverses
-# compile to 7,272 SASS instructions against 7,840 (bench/results/kda_prep_sm90_resources.json)
-FORMS_PREP = [{}, {"PREP_GLAST": "carry"}, {"PREP_INV": "tf32"}, {"PREP_INV": "tf32", "PREP_GLAST": "carry"},
-              {"PREP_INV": "tf32x3"}]
-FORMS_SCAN = [{}, {"SCAN_STAGES": 2}, {"SCAN_BV": 64}]
-PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
+# 2 warps, register caps) are left out, and so are those measured slower in session 6's first calls
+# (carry, tf32x3: kda_forms_tune_session6*.json); base is the shipped CONFIG (tf32 inverses)
+FORMS_PREP = [{}, {"PREP_ORDER": "heads"}, {"PREP_INV": "ieee"}]
+FORMS_SCAN = [{}]
+PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_ORDER", "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
 SCAN_KNOBS = tuple(SCAN_GRID)
 SCAN_MANY_KNOBS = tuple(SCAN_MANY_GRID)
 

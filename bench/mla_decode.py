@@ -4,6 +4,7 @@
     python bench/mla_decode.py eval  [--kernel tuned --kernel starter] [--set headline --set sweep]
                                      [--config JSON | --best-from DIR/mla_decode_tune.json]
     python bench/mla_decode.py all   [--out DIR] [--budget-s 220]  # tune, then eval with the pick
+    python bench/mla_decode.py breakdown [--out DIR]             # B=1: whole call, stage 1 alone, merge alone
 
 `tune` imports the kernel module in this process and rewrites its CONFIG dict. Each configuration is
 checked against the fp32 reference and timed as a CUDA graph replayed after a 256 MB L2 flush (median
@@ -69,10 +70,10 @@ STAGE1 = [
     (16, 64, 4, 2),
     # FORM "tokens" (cache rows as the products' M, so wgmma at any head block). Compiled for sm_90 on
     # a CPU host first (bench/sm90_resources.py): 64-row tiles take 168-229 KB of shared memory at 2
-    # stages, 128-row tiles fit only at 1 stage; 64 heads at 8 warps spill
-    (16, 64, 4, 1, "tokens"), (16, 64, 4, 2, "tokens"), (16, 64, 8, 2, "tokens"), (32, 64, 4, 1, "tokens"),
-    (32, 64, 8, 1, "tokens"), (32, 64, 8, 2, "tokens"), (64, 64, 8, 1, "tokens"), (16, 128, 4, 1, "tokens"),
-    (16, 128, 8, 1, "tokens"), (32, 128, 8, 1, "tokens"),
+    # stages, 128-row tiles fit only at 1 stage. One stage is not offered: on the H200 (session 6,
+    # bench/results/mla_decode_tune_session6.json) it gave wrong results at 16 heads and 4 warps and
+    # an illegal memory access at 32 heads, after which the device's other contexts failed too
+    (16, 64, 4, 2, "tokens"), (16, 64, 8, 2, "tokens"), (32, 64, 8, 2, "tokens"),
 ]
 SPLIT_WAVES = (0.25, 0.5, 1, 2, 4)
 MERGE_VARIANTS = ((128, 4), (64, 2), (256, 4), (512, 8))  # (MERGE_BLOCK_D, MERGE_WARPS)
@@ -373,6 +374,56 @@ def study(out_dir: Path, device: str = "cuda") -> dict:
     return result
 
 
+# (stage-1 variant, SPLIT_WAVES) pairs whose time the breakdown splits between the two kernels, at B=1
+BREAKDOWN = [((16, 32, 4, 3), 0.5), ((16, 32, 4, 3), 1), ((16, 32, 4, 3), 2), ((16, 64, 4, 2), 1), ((16, 64, 4, 2), 2),
+             ((16, 64, 4, 2, "tokens"), 0.5), ((16, 64, 4, 2, "tokens"), 1), ((16, 64, 4, 2, "tokens"), 2),
+             ((32, 64, 8, 2, "tokens"), 1), ((64, 64, 8, 2), 0.5), ((64, 64, 8, 2), 1)]
+
+
+def breakdown(out_dir: Path, device: str = "cuda") -> dict:
+    """Where the B=1 time goes, per configuration: the whole call, stage 1 alone (the merge skipped)
+    and the merge alone (stage 1 skipped: the merge then reads the workspace an earlier call left,
+    which is what it reads anyway, so its time is honest though the output is not), CUDA graphs
+    after an L2 flush; the split count and workspace size beside them."""
+    import torch
+    from kernels.mla_decode.reference import reference
+
+    mod = _load_tuned()
+    timer = Timer(device)
+    inp = _inputs(BENCH, seed=1, device=device)
+    ref = reference(**inp)
+    rows = []
+    for variant, waves in BREAKDOWN:
+        cfg = stage1_config(base_config(), "SMALL_", variant, waves)
+        mod.CONFIG.clear()
+        mod.CONFIG.update(cfg)
+        row = {"variant": list(variant), "SPLIT_WAVES": waves}
+        try:
+            out = mod.mla_decode(**inp).float()
+            row["rel_err"] = ((out - ref).norm() / ref.norm()).item()
+            call = lambda: mod.mla_decode(**inp)  # noqa: E731
+            row["whole_graph_us"] = timer.graph_us(call)
+            for skip, names in (("stage1_only", ("_mla_merge_kernel",)),
+                                ("merge_only", ("_mla_split_kernel", "_mla_split_tokens_kernel"))):
+                saved = {n: getattr(mod, n) for n in names}
+                for n in names:
+                    setattr(mod, n, _SkipMerge())
+                try:
+                    row[f"{skip}_graph_us"] = timer.graph_us(call)
+                finally:
+                    for n, k in saved.items():
+                        setattr(mod, n, k)
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        row["splits"] = mod.plan(BENCH["B"], BENCH["H"], BENCH["S"])[4]
+        row["workspace_mb"] = round(BENCH["H"] * row["splits"] * (mod.D_LATENT + 1) * 4 / 1e6, 2)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    result = {"host": host_facts(), "shape": BENCH, "rows": rows}
+    (out_dir / "mla_decode_breakdown.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
 def _tune_line(row: dict) -> str:
     c = row["config"]
     parts = []
@@ -450,7 +501,7 @@ def summarize(records: list[dict], tune_result: dict | None, out_dir: Path, show
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=("tune", "eval", "all", "study"))
+    ap.add_argument("mode", choices=("tune", "eval", "all", "study", "breakdown"))
     ap.add_argument("--flush", default="read", choices=("read", "write"),
                     help="tune: the L2 flush before each timed replay (kernels/timing.py L2Flush)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
@@ -481,6 +532,9 @@ def main() -> int:
 
     if args.mode == "study":
         study(out_dir, args.device)
+        return 0
+    if args.mode == "breakdown":
+        breakdown(out_dir, args.device)
         return 0
     tune_result = None
     config = json.loads(args.config) if args.config else None

@@ -2,7 +2,7 @@
 host without a GPU (triton's bundled ptxas and cuobjdump), specialized as the launcher specializes them at the
 headline shapes (pointers and the integer arguments that are multiples of 16 marked divisible by 16).
 
-    python bench/sm90_resources.py [BLOCK_H,BLOCK_N,warps,stages ...] [--out FILE]      MLA stage 1
+    python bench/sm90_resources.py [BLOCK_H,BLOCK_N,warps,stages[,tokens] ...] [--out FILE]   MLA stage 1
     python bench/sm90_resources.py --kda-prep [PREP_BK,PREP_BV,warps ...] [--out FILE]  KDA preparation
 
 Prints one line per variant and writes the rows as JSON (default: bench/results/mla_decode_sm90_resources.json,
@@ -20,10 +20,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-DEFAULT = ["16,32,4,3", "16,64,4,2", "16,64,8,2", "32,32,8,2", "64,64,8,2", "64,32,8,3"]
-# KDA: PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry]]] (maxnreg 0: none; columns 1: PREP_FORM
+# MLA: BLOCK_H,BLOCK_N,warps,stages[,tokens] (tokens 1: FORM "tokens", the transposed products)
+DEFAULT = ["16,32,4,3", "16,64,4,2", "16,64,8,2", "32,32,8,2", "64,64,8,2", "64,32,8,3",
+           "16,64,4,2,1", "32,64,4,2,1", "32,64,8,2,1", "64,64,8,2,1", "16,128,8,2,1", "32,128,8,1,1"]
+# KDA: PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry[,inv]]]] (maxnreg 0: none; columns 1: PREP_FORM
 # "columns"; carry 1: PREP_GLAST "carry")
+# [,inv]: PREP_INV, 0 "ieee", 1 "tf32x3", 2 "tf32"
 KDA_DEFAULT = ["128,128,4", "64,128,4", "128,64,4", "128,128,8"]
+INV_PRECISIONS = ("ieee", "tf32x3", "tf32")
 
 
 def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int | None = None,
@@ -62,8 +66,8 @@ def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int 
             "shared_bytes": kernel.metadata.shared}
 
 
-def resources(block_h: int, block_n: int, warps: int, stages: int) -> dict:
-    """MLA stage 1 at one tile shape."""
+def resources(block_h: int, block_n: int, warps: int, stages: int, tokens: int = 0) -> dict:
+    """MLA stage 1 at one tile shape, in FORM "heads" or (tokens) "tokens"."""
     from kernels.mla_decode import tuned
     sig = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "ws_ptr": "*fp32", "o_ptr": "*bf16", "B": "i32", "H": "i32",
            "S": "i32", "split_len": "i32", "n_splits": "i32", "qk_scale": "fp32", "D_LAT": "constexpr",
@@ -73,12 +77,13 @@ def resources(block_h: int, block_n: int, warps: int, stages: int) -> dict:
               "USE_PDL": True}
     # B is left out: at B=1 the launcher turns it into a constant instead, at B=32 it is aligned
     aligned = ("q_ptr", "kv_ptr", "ws_ptr", "o_ptr", "H", "S", "split_len", "n_splits")
-    return {"BLOCK_H": block_h, "BLOCK_N": block_n,
-            **compiled(tuned._mla_split_kernel, sig, consts, warps, stages, aligned=aligned)}
+    kernel = tuned._mla_split_tokens_kernel if tokens else tuned._mla_split_kernel
+    return {"FORM": "tokens" if tokens else "heads", "BLOCK_H": block_h, "BLOCK_N": block_n,
+            **compiled(kernel, sig, consts, warps, stages, aligned=aligned)}
 
 
 def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | None = None, columns: bool = False,
-                       glast_carry: bool = False) -> dict:
+                       glast_carry: bool = False, inv_prec: str = "ieee") -> dict:
     """The KDA preparation kernel at K = V = 128 (bf16 inputs, fp32 gates), in PREP_FORM "pairs" or
     (columns) "columns", PREP_GLAST "load" or (glast_carry) "carry"."""
     from kernels.kda import tuned
@@ -87,11 +92,12 @@ def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | No
     sig.update({n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")})
     sig.update({"gl_ptr": "*fp32", "T": "i32", "H": "i32", "K": "i32", "V": "i32", "NT": "i32", "scale": "fp32"})
     sig.update({n: "constexpr" for n in ("BT", "SUB", "BK", "BVP", "PREP_BK", "PREP_BV", "PREP_COLUMNS",
-                                         "GLAST_CARRY")})
+                                         "GLAST_CARRY", "INV_PREC", "HEADS_FIRST", "USE_PDL")})
     consts = {"BT": 64, "SUB": 16, "BK": 128, "BVP": 128, "PREP_BK": prep_bk, "PREP_BV": prep_bv,
-              "PREP_COLUMNS": columns, "GLAST_CARRY": glast_carry}
+              "PREP_COLUMNS": columns, "GLAST_CARRY": glast_carry,
+              "INV_PREC": inv_prec, "HEADS_FIRST": False, "USE_PDL": False}
     return {"kernel": "_kda_prep", "PREP_FORM": "columns" if columns else "pairs",
-            "PREP_GLAST": "carry" if glast_carry else "load", "PREP_BK": prep_bk,
+            "PREP_GLAST": "carry" if glast_carry else "load", "PREP_INV": inv_prec, "PREP_BK": prep_bk,
             "PREP_BV": prep_bv, "maxnreg": maxnreg,
             **compiled(tuned._kda_prep, sig, consts, warps, 1, maxnreg,
                        aligned=tuple(n for n, t in sig.items() if t not in ("constexpr", "fp32")))}
@@ -101,7 +107,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("variants", nargs="*", default=None)
     ap.add_argument("--kda-prep", action="store_true",
-                    help="the KDA preparation kernel instead; variants are PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry]]]")
+                    help="the KDA preparation kernel instead; variants are PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry[,inv]]]]")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import triton
@@ -111,8 +117,11 @@ def main() -> int:
     rows = []
     for v in args.variants or (KDA_DEFAULT if args.kda_prep else DEFAULT):
         nums = [int(x) for x in v.split(",")]
-        row = (measure(*nums[:3], nums[3] or None, *(bool(x) for x in nums[4:6])) if len(nums) > 3
-               else measure(*nums))
+        if args.kda_prep:
+            row = measure(*nums[:3], (nums[3:4] or [0])[0] or None, *(bool(x) for x in nums[4:6]),
+                          *(INV_PRECISIONS[x] for x in nums[6:7]))
+        else:
+            row = measure(*nums)
         rows.append(row)
         print(json.dumps(row), flush=True)
     Path(args.out).write_text(json.dumps({"triton": triton.__version__, "target": "cuda sm_90", "rows": rows}, indent=1))

@@ -26,8 +26,9 @@ g >= -11; products that underflow to zero are ones whose true value is below ~1e
 The problem's gates are >= -5.
 
 Dtypes: on the GPU the intermediates and tensor-core operands are bf16 with fp32 accumulation; the
-state, gates and exponentials are fp32, and so are the inverses of the solve's 16 x 16 diagonal
-blocks (full fp32 products, no tf32); the block substitution around them takes bf16 operands. For
+state, gates and exponentials are fp32; the inverses of the solve's 16 x 16 diagonal blocks are
+formed from fp32 inputs by tf32 tensor-core products (PREP_INV) and rounded to bf16 for the block
+substitution around them, which takes bf16 operands. For
 fp16/fp32 inputs (the CPU interpreter, where tl.dot on bf16 is not usable) everything runs in fp32."""
 import torch
 import triton
@@ -60,6 +61,9 @@ TUNABLES = {
     # on the FMA units) or tensor-core tf32 ("tf32x3": three tf32 products, about fp32's accuracy);
     # the inverses are rounded to the dot dtype (bf16 on the GPU) right after
     "PREP_INV": ("ieee", "tf32x3", "tf32"),
+    # the preparation's launch order: a head's chunks side by side ("chunks") or a chunk's heads
+    # ("heads", whose concurrent programs read the same tokens' rows of q, k, v and g)
+    "PREP_ORDER": ("chunks", "heads"),
     # the scan: V columns of the state per program, warps, and how many chunks ahead its loads run
     # (1, no pipelining, faulted on the H200 with 4 warps: left out); one set for few batch*heads
     # (V split finely, to spread over the SMs) and one for many
@@ -75,7 +79,7 @@ TUNABLES = {
     "SCAN_PDL": (False, True),
 }
 CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4, "PREP_FORM": "pairs", "PREP_MAXNREG": 0,
-          "PREP_GLAST": "load", "PREP_INV": "ieee",
+          "PREP_GLAST": "load", "PREP_INV": "tf32", "PREP_ORDER": "chunks",
           "MANY_HEADS": 128, "SCAN_BV": 32, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
           "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3, "SCAN_PDL": False}
 
@@ -226,20 +230,15 @@ def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_
             _put(kd_ptr, s_base, 2 * SUB, BK, offs_c, X2.to(tl.float32) * tl.exp(carry - Gm2)[None, :], SUB)
             _put(kd_ptr, s_base, 3 * SUB, BK, offs_c, X3.to(tl.float32) * tl.exp(carry - Gm3)[None, :], SUB)
 
-    # --- M (scaled) out as a full BT x BT tile: causal inside the diagonal blocks, zeros above ---
+    # --- M (scaled) out, its blocks on and below the diagonal only: the scan loads the causal
+    #     part alone, so the six blocks above are neither written here nor read there ---
     lower = cs[:, None] >= cs[None, :]
     _put(m_ptr, m_base, 0, BT, cs, tl.where(lower, m00, 0.0) * scale, SUB)
-    _put(m_ptr, m_base, 0, BT, SUB + cs, z, SUB)
-    _put(m_ptr, m_base, 0, BT, 2 * SUB + cs, z, SUB)
-    _put(m_ptr, m_base, 0, BT, 3 * SUB + cs, z, SUB)
     _put(m_ptr, m_base, SUB, BT, cs, m10 * scale, SUB)
     _put(m_ptr, m_base, SUB, BT, SUB + cs, tl.where(lower, m11, 0.0) * scale, SUB)
-    _put(m_ptr, m_base, SUB, BT, 2 * SUB + cs, z, SUB)
-    _put(m_ptr, m_base, SUB, BT, 3 * SUB + cs, z, SUB)
     _put(m_ptr, m_base, 2 * SUB, BT, cs, m20 * scale, SUB)
     _put(m_ptr, m_base, 2 * SUB, BT, SUB + cs, m21 * scale, SUB)
     _put(m_ptr, m_base, 2 * SUB, BT, 2 * SUB + cs, tl.where(lower, m22, 0.0) * scale, SUB)
-    _put(m_ptr, m_base, 2 * SUB, BT, 3 * SUB + cs, z, SUB)
     _put(m_ptr, m_base, 3 * SUB, BT, cs, m30 * scale, SUB)
     _put(m_ptr, m_base, 3 * SUB, BT, SUB + cs, m31 * scale, SUB)
     _put(m_ptr, m_base, 3 * SUB, BT, 2 * SUB + cs, m32 * scale, SUB)
@@ -330,12 +329,16 @@ def _kda_prep(
     T, H, K, V, NT, scale,
     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
     PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, PREP_COLUMNS: tl.constexpr, GLAST_CARRY: tl.constexpr,
-    INV_PREC: tl.constexpr, USE_PDL: tl.constexpr,
+    INV_PREC: tl.constexpr, HEADS_FIRST: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     if USE_PDL:  # let the scan grid launch once every program here has started
         tl.extra.cuda.gdc_launch_dependents()
-    n = tl.program_id(0)  # chunk
-    bh = tl.program_id(1)
+    if HEADS_FIRST:  # PREP_ORDER "heads": programs launched together share the chunk, not the head
+        bh = tl.program_id(0)
+        n = tl.program_id(1)  # chunk
+    else:
+        n = tl.program_id(0)
+        bh = tl.program_id(1)
     b = bh // H
     h = bh % H
     DT: tl.constexpr = w_ptr.dtype.element_ty
@@ -440,7 +443,8 @@ def _kda_scan(
         qg = tl.load(qg_ptr + kk)
         kd = tl.load(kd_ptr + kk)
         u0 = tl.load(u_ptr + u_base + r[:, None] * BVP + offs_v[None, :]).to(tl.float32)
-        m = tl.load(m_ptr + m_base + r[:, None] * BT + rows[None, :])
+        # M's causal part only: the preparation leaves the blocks above its diagonal unwritten
+        m = tl.load(m_ptr + m_base + r[:, None] * BT + rows[None, :], mask=rows[:, None] >= rows[None, :], other=0.0)
         gl = tl.load(gl_ptr + (bh.to(tl.int64) * NT + n) * BK + offs_k)
         s = S.to(DT)
         u = (u0 - tl.dot(w, s)).to(DT)
@@ -473,11 +477,12 @@ def kda(q, k, v, g, beta, scale):
     gl = torch.empty((B * H, NT, BK), device=dev, dtype=torch.float32)
     o = torch.empty((B, T, H, V), device=dev, dtype=v.dtype)
     pdl = bool(CONFIG["SCAN_PDL"]) and q.is_cuda
-    _kda_prep[(NT, B * H)](
+    heads_first = CONFIG["PREP_ORDER"] == "heads"
+    _kda_prep[(B * H, NT) if heads_first else (NT, B * H)](
         q, k, v, g, beta, w, u0, qg, kd, m, gl, T, H, K, V, NT, scale,
         BT=BT, SUB=SUB, BK=BK, BVP=BVP, PREP_BK=min(BK, CONFIG["PREP_BK"]), PREP_BV=min(BVP, CONFIG["PREP_BV"]),
         PREP_COLUMNS=CONFIG["PREP_FORM"] == "columns", GLAST_CARRY=CONFIG["PREP_GLAST"] == "carry",
-        INV_PREC=CONFIG["PREP_INV"], USE_PDL=pdl, num_warps=CONFIG["PREP_WARPS"],
+        INV_PREC=CONFIG["PREP_INV"], HEADS_FIRST=heads_first, USE_PDL=pdl, num_warps=CONFIG["PREP_WARPS"],
         **({"maxnreg": CONFIG["PREP_MAXNREG"]} if CONFIG["PREP_MAXNREG"] else {}),
     )
     many = "_MANY" if B * H >= CONFIG["MANY_HEADS"] else ""

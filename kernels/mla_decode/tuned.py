@@ -41,7 +41,9 @@ import triton.language as tl
 #   PDL          launch the merge as a programmatic dependent launch (Hopper): its programs start
 #                while stage 1 finishes and wait in griddepcontrol.wait, hiding one launch latency
 #   FORM         stage 1's products: "heads" as their M dimension, or "tokens" (transposed: cache rows
-#                as M, so that wgmma serves any head block; wants BLOCK_N a multiple of 64)
+#                as M, so that wgmma serves any head block; wants BLOCK_N a multiple of 64). "tokens"
+#                runs with at least 2 stages: with 1 (Triton 3.6, H200) it gave wrong results or an
+#                illegal memory access
 TUNABLES = {
     "BLOCK_H": (16, 32, 64),
     "BLOCK_N": (16, 32, 64, 128),
@@ -260,33 +262,40 @@ def _num_splits(B: int, n_head_blocks: int, S: int, block_n: int, waves: float) 
     return min(wanted, most)
 
 
-def mla_decode(q: torch.Tensor, kv: torch.Tensor, scale: float) -> torch.Tensor:
-    B, H, D = q.shape
-    S = kv.shape[1]
-    q, kv = q.contiguous(), kv.contiguous()  # no-ops for the contiguous inputs the problem promises
-    o = torch.empty((B, H, D_LATENT), device=q.device, dtype=q.dtype)
-
+def plan(B: int, H: int, S: int) -> tuple[str, int, int, int, int, int]:
+    """The launch plan CONFIG gives a shape: (regime prefix, head block, tile rows, head blocks,
+    splits, rows per split)."""
     pre = "SMALL_" if B * triton.cdiv(H, 64) < CONFIG["SMALL_BELOW"] else ""  # the regime's keys
     # heads are the M of the tensor-core products: at least 16, at most BLOCK_H
     block_h = min(CONFIG[pre + "BLOCK_H"], max(16, triton.next_power_of_2(H)))
     block_n = CONFIG[pre + "BLOCK_N"]
     n_hb = triton.cdiv(H, block_h)
-
     # cut the sequence into equal slices of whole tiles; then drop slices that would start past S
     splits = _num_splits(B, n_hb, S, block_n, CONFIG[pre + "SPLIT_WAVES"])
     split_len = triton.cdiv(triton.cdiv(S, splits), block_n) * block_n
     if CONFIG["NUM_SPLITS"] == "auto":
         splits = triton.cdiv(S, split_len)
+    return pre, block_h, block_n, n_hb, splits, split_len
+
+
+def mla_decode(q: torch.Tensor, kv: torch.Tensor, scale: float) -> torch.Tensor:
+    B, H, D = q.shape
+    S = kv.shape[1]
+    q, kv = q.contiguous(), kv.contiguous()  # no-ops for the contiguous inputs the problem promises
+    o = torch.empty((B, H, D_LATENT), device=q.device, dtype=q.dtype)
+    pre, block_h, block_n, n_hb, splits, split_len = plan(B, H, S)
     single = splits == 1
     pdl = bool(CONFIG["PDL"]) and q.is_cuda and not single
     # one workspace: partial outputs, then log-sum-exps (with one split stage 1 never touches it)
     ws = o if single else torch.empty(B * H * splits * (D_LATENT + 1), device=q.device, dtype=torch.float32)
 
-    stage1 = _mla_split_tokens_kernel if CONFIG[pre + "FORM"] == "tokens" else _mla_split_kernel
+    stage1, stages = _mla_split_kernel, CONFIG[pre + "num_stages"]
+    if CONFIG[pre + "FORM"] == "tokens":
+        stage1, stages = _mla_split_tokens_kernel, max(2, stages)  # not 1: see FORM above
     stage1[(n_hb, splits, B)](
         q, kv, ws, o, B, H, S, split_len, splits, scale * LOG2E,
         D_LAT=D_LATENT, D_ROPE=D - D_LATENT, BLOCK_H=block_h, BLOCK_N=block_n, SINGLE_SPLIT=single,
-        USE_PDL=pdl, num_warps=CONFIG[pre + "num_warps"], num_stages=CONFIG[pre + "num_stages"],
+        USE_PDL=pdl, num_warps=CONFIG[pre + "num_warps"], num_stages=stages,
     )
     if not single:
         block_d = min(CONFIG["MERGE_BLOCK_D"], D_LATENT)
