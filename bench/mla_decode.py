@@ -4,7 +4,8 @@
     python bench/mla_decode.py eval  [--kernel tuned --kernel starter] [--set headline --set sweep]
                                      [--config JSON | --best-from DIR/mla_decode_tune.json]
     python bench/mla_decode.py all   [--out DIR] [--budget-s 220]  # tune, then eval with the pick
-    python bench/mla_decode.py breakdown [--out DIR]             # B=1: whole call, stage 1 alone, merge alone
+    python bench/mla_decode.py breakdown [--out DIR] [--streams-only]  # B=1: whole call, stage 1 alone, merge
+                                     # alone; and stage 1's cache stream without its math (STREAMS)
 
 `tune` imports the kernel module in this process and rewrites its CONFIG dict. Each configuration is
 checked against the fp32 reference and timed as a CUDA graph replayed after a 256 MB L2 flush (median
@@ -380,7 +381,59 @@ BREAKDOWN = [((16, 32, 4, 3), 0.5), ((16, 32, 4, 3), 1), ((16, 32, 4, 3), 2), ((
              ((32, 64, 8, 2, "tokens"), 1), ((64, 64, 8, 2), 0.5), ((64, 64, 8, 2), 1)]
 
 
-def breakdown(out_dir: Path, device: str = "cuda") -> dict:
+# stage 1's grid and tile stream without its math: (head blocks, splits, BLOCK_N, warps, stages) at B=1,
+# S=8192; what stage 1 cannot beat at that grid however its products are formed
+STREAMS = [(4, 32, 32, 4, 3), (4, 32, 64, 4, 2), (4, 64, 32, 4, 3), (1, 32, 64, 8, 2), (1, 64, 64, 8, 2),
+           (1, 128, 64, 8, 2), (1, 132, 64, 4, 2), (4, 16, 32, 4, 3)]
+
+
+def stream_yardsticks(timer: "Timer", kv, device: str) -> list[dict]:
+    """CUDA-graph time (L2 flushed) of a kernel that streams the cache exactly like stage 1 (same
+    grid, tiles, warps and software pipeline) but only sums the tiles, one float out per program."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _stream(kv_ptr, out_ptr, S, split_len, D_LAT: tl.constexpr, D_ROPE: tl.constexpr, BLOCK_N: tl.constexpr):
+        D_QK: tl.constexpr = D_LAT + D_ROPE
+        split = tl.program_id(1)
+        start = split * split_len
+        end = tl.minimum(start + split_len, S)
+        offs_t = tl.arange(0, BLOCK_N)
+        offs_c = tl.arange(0, D_LAT)
+        offs_r = tl.arange(0, D_ROPE)
+        # a running element-wise max in the cache's dtype: the cheapest use of every loaded element
+        acc = tl.full([BLOCK_N, D_LAT], float("-inf"), dtype=kv_ptr.dtype.element_ty)
+        acc_r = tl.full([BLOCK_N, D_ROPE], float("-inf"), dtype=kv_ptr.dtype.element_ty)
+        for n0 in range(start, end, BLOCK_N):
+            rows = kv_ptr + (n0 + offs_t[:, None]).to(tl.int64) * D_QK
+            ok = (n0 + offs_t < end)[:, None]
+            # (the casts keep the loop-carried type: Triton computes a bf16 maximum in fp32)
+            acc = tl.maximum(acc, tl.load(rows + offs_c[None, :], mask=ok, other=0.0)).to(acc.dtype)
+            acc_r = tl.maximum(acc_r, tl.load(rows + D_LAT + offs_r[None, :], mask=ok, other=0.0)).to(acc_r.dtype)
+        total = tl.max(tl.max(acc.to(tl.float32), axis=1), axis=0) + tl.max(tl.max(acc_r.to(tl.float32), axis=1), axis=0)
+        tl.store(out_ptr + tl.program_id(1) * tl.num_programs(0) + tl.program_id(0), total)
+
+    S = kv.shape[1]
+    rows = []
+    for n_hb, splits, block_n, warps, stages in STREAMS:
+        split_len = triton.cdiv(triton.cdiv(S, splits), block_n) * block_n
+        out = torch.empty(n_hb * splits, device=kv.device, dtype=torch.float32)
+        def launch(n_hb=n_hb, splits=splits, split_len=split_len, block_n=block_n, warps=warps, stages=stages, out=out):
+            _stream[(n_hb, triton.cdiv(S, split_len))](kv, out, S, split_len, D_LAT=512, D_ROPE=64, BLOCK_N=block_n,
+                                                       num_warps=warps, num_stages=stages)
+        row = {"head_blocks": n_hb, "splits": splits, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+        try:
+            row["graph_us"] = round(timer.graph_us(launch), 2)
+        except Exception as exc:  # Triton states the reason of a CompilationError on its last line
+            row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ''}"
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def breakdown(out_dir: Path, device: str = "cuda", streams_only: bool = False) -> dict:
     """Where the B=1 time goes, per configuration: the whole call, stage 1 alone (the merge skipped)
     and the merge alone (stage 1 skipped: the merge then reads the workspace an earlier call left,
     which is what it reads anyway, so its time is honest though the output is not), CUDA graphs
@@ -391,9 +444,10 @@ def breakdown(out_dir: Path, device: str = "cuda") -> dict:
     mod = _load_tuned()
     timer = Timer(device)
     inp = _inputs(BENCH, seed=1, device=device)
+    streams = stream_yardsticks(timer, inp["kv"], device)
     ref = reference(**inp)
     rows = []
-    for variant, waves in BREAKDOWN:
+    for variant, waves in ([] if streams_only else BREAKDOWN):
         cfg = stage1_config(base_config(), "SMALL_", variant, waves)
         mod.CONFIG.clear()
         mod.CONFIG.update(cfg)
@@ -419,8 +473,9 @@ def breakdown(out_dir: Path, device: str = "cuda") -> dict:
         row["workspace_mb"] = round(BENCH["H"] * row["splits"] * (mod.D_LATENT + 1) * 4 / 1e6, 2)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    result = {"host": host_facts(), "shape": BENCH, "rows": rows}
-    (out_dir / "mla_decode_breakdown.json").write_text(json.dumps(result, indent=1))
+    result = {"host": host_facts(), "shape": BENCH, "rows": rows, "streams": streams}
+    name = "mla_decode_streams.json" if streams_only else "mla_decode_breakdown.json"
+    (out_dir / name).write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -521,6 +576,7 @@ def main() -> int:
     ap.add_argument("--finalists", type=int, default=2, help="tune: leaders per regime combined in phase 2")
     ap.add_argument("--budget-s", type=float, default=None, help="all: stop starting new steps after this")
     ap.add_argument("--timeout", type=float, default=300.0, help="eval: the candidate's wall-clock limit")
+    ap.add_argument("--streams-only", action="store_true", help="breakdown: only the cache-streaming yardsticks")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -534,7 +590,7 @@ def main() -> int:
         study(out_dir, args.device)
         return 0
     if args.mode == "breakdown":
-        breakdown(out_dir, args.device)
+        breakdown(out_dir, args.device, args.streams_only)
         return 0
     tune_result = None
     config = json.loads(args.config) if args.config else None

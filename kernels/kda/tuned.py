@@ -40,9 +40,11 @@ import triton.language as tl
 # bench/results/kda_log_run1.txt; the few-heads scan's (SCAN_BV=32) from the scan timed alone on
 # random operands (bench/results/kda_scan_speed.json: 176 us against 330 us for SCAN_BV=16 at
 # B=1, T=8192, H=32; run 1's SCAN_BV=32 rows had failed only after an earlier fault poisoned the
-# process). Judged end to end with it: 709 us against FLA's 1002 us at that shape, 1.41x
-# (bench/results/kda_tuned_scanbv32_B_1_T_8192.json); the "columns" form and register caps measured
-# slower there (bench/results/kda_forms_tune.json).
+# process). The diagonal-block inverses by tf32 products (PREP_INV) since session 6: the preparation
+# 497.6 us against 525.3 with ieee (bench/results/kda_forms_tune_session6b.json). Judged end to end:
+# 680.5 us against FLA's 999.9 us at B=1,T=8192, 1.47x (bench/results/kda_tuned_tf32_B_1_T_8192.json);
+# the "columns" form, register caps, the carry variant and tf32x3 measured slower
+# (bench/results/kda_forms_tune*.json).
 TUNABLES = {
     "CHUNK": (64,),
     "PREP_BK": (32, 64, 128),  # channels per step of the preparation (128: one step, fastest measured)
@@ -230,15 +232,22 @@ def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_
             _put(kd_ptr, s_base, 2 * SUB, BK, offs_c, X2.to(tl.float32) * tl.exp(carry - Gm2)[None, :], SUB)
             _put(kd_ptr, s_base, 3 * SUB, BK, offs_c, X3.to(tl.float32) * tl.exp(carry - Gm3)[None, :], SUB)
 
-    # --- M (scaled) out, its blocks on and below the diagonal only: the scan loads the causal
-    #     part alone, so the six blocks above are neither written here nor read there ---
+    # --- M (scaled) out as a full BT x BT tile: causal inside the diagonal blocks, zeros above.
+    #     (Leaving the zero blocks unwritten and loading only the causal part in the scan was
+    #     measured on the H200 in session 6: the masked load slowed the scan from 175 to 291 us.) ---
     lower = cs[:, None] >= cs[None, :]
     _put(m_ptr, m_base, 0, BT, cs, tl.where(lower, m00, 0.0) * scale, SUB)
+    _put(m_ptr, m_base, 0, BT, SUB + cs, z, SUB)
+    _put(m_ptr, m_base, 0, BT, 2 * SUB + cs, z, SUB)
+    _put(m_ptr, m_base, 0, BT, 3 * SUB + cs, z, SUB)
     _put(m_ptr, m_base, SUB, BT, cs, m10 * scale, SUB)
     _put(m_ptr, m_base, SUB, BT, SUB + cs, tl.where(lower, m11, 0.0) * scale, SUB)
+    _put(m_ptr, m_base, SUB, BT, 2 * SUB + cs, z, SUB)
+    _put(m_ptr, m_base, SUB, BT, 3 * SUB + cs, z, SUB)
     _put(m_ptr, m_base, 2 * SUB, BT, cs, m20 * scale, SUB)
     _put(m_ptr, m_base, 2 * SUB, BT, SUB + cs, m21 * scale, SUB)
     _put(m_ptr, m_base, 2 * SUB, BT, 2 * SUB + cs, tl.where(lower, m22, 0.0) * scale, SUB)
+    _put(m_ptr, m_base, 2 * SUB, BT, 3 * SUB + cs, z, SUB)
     _put(m_ptr, m_base, 3 * SUB, BT, cs, m30 * scale, SUB)
     _put(m_ptr, m_base, 3 * SUB, BT, SUB + cs, m31 * scale, SUB)
     _put(m_ptr, m_base, 3 * SUB, BT, 2 * SUB + cs, m32 * scale, SUB)
@@ -443,8 +452,7 @@ def _kda_scan(
         qg = tl.load(qg_ptr + kk)
         kd = tl.load(kd_ptr + kk)
         u0 = tl.load(u_ptr + u_base + r[:, None] * BVP + offs_v[None, :]).to(tl.float32)
-        # M's causal part only: the preparation leaves the blocks above its diagonal unwritten
-        m = tl.load(m_ptr + m_base + r[:, None] * BT + rows[None, :], mask=rows[:, None] >= rows[None, :], other=0.0)
+        m = tl.load(m_ptr + m_base + r[:, None] * BT + rows[None, :])
         gl = tl.load(gl_ptr + (bh.to(tl.int64) * NT + n) * BK + offs_k)
         s = S.to(DT)
         u = (u0 - tl.dot(w, s)).to(DT)
@@ -452,6 +460,8 @@ def _kda_scan(
         omask = (r < T)[:, None] & (offs_v < V)[None, :]
         tl.store(o_ptr + o_base + r[:, None].to(tl.int64) * (H * V) + offs_v[None, :],
                  o.to(o_ptr.dtype.element_ty), mask=omask)
+        # (the state's product before the output's, which the next chunk does not wait on, measured
+        # slower on the H200 in session 6: 227 against 178 us, bench/results/kda_forms_tune_session6d.json)
         S = tl.dot(tl.trans(kd), u, acc=S * gl[:, None])
 
 
