@@ -4,6 +4,7 @@ headline shapes (pointers and the integer arguments that are multiples of 16 mar
 
     python bench/sm90_resources.py [BLOCK_H,BLOCK_N,warps,stages[,tokens] ...] [--out FILE]   MLA stage 1
     python bench/sm90_resources.py --kda-prep [PREP_BK,PREP_BV,warps ...] [--out FILE]  KDA preparation
+    python bench/sm90_resources.py --kda-scan [SCAN_BV,warps,stages ...] [--out FILE]   KDA scan
 
 Prints one line per variant and writes the rows as JSON (default: bench/results/mla_decode_sm90_resources.json,
 or kda_prep_sm90_resources.json)."""
@@ -103,19 +104,32 @@ def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | No
                        aligned=tuple(n for n, t in sig.items() if t not in ("constexpr", "fp32")))}
 
 
+def kda_scan_resources(bv: int, warps: int, stages: int) -> dict:
+    """The KDA scan at K = V = 128 (bf16 operands) with SCAN_BV = bv."""
+    from kernels.kda import tuned
+    sig = {n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")}
+    sig.update({"gl_ptr": "*fp32", "o_ptr": "*bf16", "T": "i32", "H": "i32", "V": "i32", "NT": "i32"})
+    sig.update({n: "constexpr" for n in ("BT", "BK", "BV", "BVP", "USE_PDL")})
+    consts = {"BT": 64, "BK": 128, "BV": bv, "BVP": 128, "USE_PDL": False}
+    return {"kernel": "_kda_scan", "SCAN_BV": bv,
+            **compiled(tuned._kda_scan, sig, consts, warps, stages,
+                       aligned=tuple(n for n, t in sig.items() if t.startswith("*")) + ("T", "V", "NT"))}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("variants", nargs="*", default=None)
     ap.add_argument("--kda-prep", action="store_true",
                     help="the KDA preparation kernel instead; variants are PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry[,inv]]]]")
+    ap.add_argument("--kda-scan", action="store_true", help="the KDA scan instead; variants are SCAN_BV,warps,stages")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import triton
-    name = "kda_prep" if args.kda_prep else "mla_decode"
+    name = "kda_prep" if args.kda_prep else "kda_scan" if args.kda_scan else "mla_decode"
     args.out = args.out or str(ROOT / "bench" / "results" / f"{name}_sm90_resources.json")
-    measure = kda_prep_resources if args.kda_prep else resources
+    measure = kda_prep_resources if args.kda_prep else kda_scan_resources if args.kda_scan else resources
     rows = []
-    for v in args.variants or (KDA_DEFAULT if args.kda_prep else DEFAULT):
+    for v in args.variants or (KDA_DEFAULT if args.kda_prep else ["32,4,3"] if args.kda_scan else DEFAULT):
         nums = [int(x) for x in v.split(",")]
         if args.kda_prep:
             row = measure(*nums[:3], (nums[3:4] or [0])[0] or None, *(bool(x) for x in nums[4:6]),
