@@ -458,7 +458,7 @@ def breakdown(out_dir: Path, device: str = "cuda", streams_only: bool = False) -
             call = lambda: mod.mla_decode(**inp)  # noqa: E731
             row["whole_graph_us"] = timer.graph_us(call)
             for skip, names in (("stage1_only", ("_mla_merge_kernel",)),
-                                ("merge_only", ("_mla_split_kernel", "_mla_split_tokens_kernel"))):
+                                ("merge_only", ("_mla_split_kernel",))):
                 saved = {n: getattr(mod, n) for n in names}
                 for n in names:
                     setattr(mod, n, _SkipMerge())

@@ -73,14 +73,14 @@ def resources(block_h: int, block_n: int, warps: int, stages: int, tokens: int =
     sig = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "ws_ptr": "*fp32", "o_ptr": "*bf16", "B": "i32", "H": "i32",
            "S": "i32", "split_len": "i32", "n_splits": "i32", "qk_scale": "fp32", "D_LAT": "constexpr",
            "D_ROPE": "constexpr", "BLOCK_H": "constexpr", "BLOCK_N": "constexpr", "SINGLE_SPLIT": "constexpr",
-           "USE_PDL": "constexpr"}
+           "TOKENS_M": "constexpr", "USE_PDL": "constexpr"}
     consts = {"D_LAT": 512, "D_ROPE": 64, "BLOCK_H": block_h, "BLOCK_N": block_n, "SINGLE_SPLIT": False,
               "USE_PDL": True}
     # B is left out: at B=1 the launcher turns it into a constant instead, at B=32 it is aligned
     aligned = ("q_ptr", "kv_ptr", "ws_ptr", "o_ptr", "H", "S", "split_len", "n_splits")
-    kernel = tuned._mla_split_tokens_kernel if tokens else tuned._mla_split_kernel
     return {"FORM": "tokens" if tokens else "heads", "BLOCK_H": block_h, "BLOCK_N": block_n,
-            **compiled(kernel, sig, consts, warps, stages, aligned=aligned)}
+            **compiled(tuned._mla_split_kernel, sig, {**consts, "TOKENS_M": bool(tokens)}, warps, stages,
+                       aligned=aligned)}
 
 
 def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | None = None, columns: bool = False,

@@ -85,8 +85,18 @@ def _mla_split_kernel(
     D_LAT: tl.constexpr, D_ROPE: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     SINGLE_SPLIT: tl.constexpr,  # one split: write the final output, skip the workspace
+    TOKENS_M: tl.constexpr,  # FORM "tokens": the products transposed (see below)
     USE_PDL: tl.constexpr,
 ):
+    """FORM "heads" (TOKENS_M false): heads are the products' M dimension,
+
+        scores [BLOCK_H, BLOCK_N] = q_lat @ c^T + q_rope @ r^T,   acc [BLOCK_H, 512] += p @ c
+
+    FORM "tokens": cache rows are M, so both products run as Hopper wgmma (M a multiple of 64)
+    however few heads a program takes (with heads as M, 16 heads get only mma.sync, a chain of 36
+    dependent MMAs over the 576 columns per tile):
+
+        scores^T [BLOCK_N, BLOCK_H] = c @ q_lat^T + r @ q_rope^T, acc^T [512, BLOCK_H] += c^T @ p^T"""
     if USE_PDL:  # let the merge grid launch once every program here has started
         tl.extra.cuda.gdc_launch_dependents()
     D_QK: tl.constexpr = D_LAT + D_ROPE
@@ -102,16 +112,22 @@ def _mla_split_kernel(
     offs_r = tl.arange(0, D_ROPE)
 
     # the query block stays resident for the whole slice; padded heads read zeros (finite scores)
-    q_rows = q_ptr + (b * H + offs_h[:, None]) * D_QK
-    q_lat = tl.load(q_rows + offs_c[None, :], mask=h_ok[:, None], other=0.0)
-    q_rope = tl.load(q_rows + D_LAT + offs_r[None, :], mask=h_ok[:, None], other=0.0)
+    if TOKENS_M:  # loaded transposed, [columns, heads]: the B operand of the score product
+        q_cols = q_ptr + (b * H + offs_h[None, :]) * D_QK
+        q_lat = tl.load(q_cols + offs_c[:, None], mask=h_ok[None, :], other=0.0)
+        q_rope = tl.load(q_cols + D_LAT + offs_r[:, None], mask=h_ok[None, :], other=0.0)
+        acc = tl.zeros([D_LAT, BLOCK_H], dtype=tl.float32)  # running numerator, transposed
+    else:
+        q_rows = q_ptr + (b * H + offs_h[:, None]) * D_QK
+        q_lat = tl.load(q_rows + offs_c[None, :], mask=h_ok[:, None], other=0.0)
+        q_rope = tl.load(q_rows + D_LAT + offs_r[None, :], mask=h_ok[:, None], other=0.0)
+        acc = tl.zeros([BLOCK_H, D_LAT], dtype=tl.float32)  # running numerator
 
     start = split * split_len
     end = tl.minimum(start + split_len, S)
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)  # running max (base-2 units)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)  # running denominator
-    acc = tl.zeros([BLOCK_H, D_LAT], dtype=tl.float32)  # running numerator
     # the tile's first row moves as a 64-bit pointer (S * 576 may pass 2^31); rows within it are 32-bit
     kv_tile = kv_ptr + (b * S + start) * D_QK
     offs_t = tl.arange(0, BLOCK_N)
@@ -121,27 +137,28 @@ def _mla_split_kernel(
         c = tl.load(kv_rows + offs_c[None, :], mask=n_ok[:, None], other=0.0)  # [BLOCK_N, 512]: K and V
         r = tl.load(kv_rows + D_LAT + offs_r[None, :], mask=n_ok[:, None], other=0.0)  # [BLOCK_N, 64]
 
-        s = tl.dot(q_lat, tl.trans(c))
-        s = tl.dot(q_rope, tl.trans(r), acc=s)
-        s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
-
         # the first tile of a non-empty split always has a valid row, so m_new is finite from here
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = tl.dot(p.to(c.dtype), c, acc=acc * alpha[:, None])  # the same latent tile, now as V
+        if TOKENS_M:
+            s = tl.dot(r, q_rope, acc=tl.dot(c, q_lat))
+            s = tl.where(n_ok[:, None], s * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=0))
+            alpha = tl.math.exp2(m_i - m_new)
+            p = tl.math.exp2(s - m_new[None, :])
+            l_i = l_i * alpha + tl.sum(p, axis=0)
+            acc = tl.dot(tl.trans(c), p.to(c.dtype), acc=acc * alpha[None, :])  # the latent tile as V
+        else:
+            s = tl.dot(q_rope, tl.trans(r), acc=tl.dot(q_lat, tl.trans(c)))
+            s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.math.exp2(m_i - m_new)
+            p = tl.math.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = tl.dot(p.to(c.dtype), c, acc=acc * alpha[:, None])  # the same latent tile, now as V
         m_i = m_new
         kv_tile += BLOCK_N * D_QK
 
-    _split_epilogue(acc, m_i, l_i, ws_ptr, o_ptr, b, offs_h, h_ok, offs_c, B, H, split, n_splits, D_LAT,
-                    SINGLE_SPLIT)
-
-
-@triton.jit
-def _split_epilogue(acc, m_i, l_i, ws_ptr, o_ptr, b, offs_h, h_ok, offs_c, B, H, split, n_splits,
-                    D_LAT: tl.constexpr, SINGLE_SPLIT: tl.constexpr):
-    """Normalise a split's [heads, 512] numerator; write the output (one split) or the workspace."""
+    if TOKENS_M:
+        acc = tl.trans(acc)
     # an empty split (only when a fixed NUM_SPLITS outnumbers the rows) has l = 0: lse -inf, o 0
     has_rows = l_i > 0.0
     out = acc / tl.where(has_rows, l_i, 1.0)[:, None]
@@ -153,68 +170,6 @@ def _split_epilogue(acc, m_i, l_i, ws_ptr, o_ptr, b, offs_h, h_ok, offs_c, B, H,
         row = (b * H + offs_h) * n_splits + split  # (batch, head, split) in the workspace
         tl.store(ws_ptr + row[:, None] * D_LAT + offs_c[None, :], out, mask=h_ok[:, None])
         tl.store(ws_ptr + B * H * n_splits * D_LAT + row, lse, mask=h_ok)
-
-
-@triton.jit
-def _mla_split_tokens_kernel(
-    q_ptr, kv_ptr, ws_ptr, o_ptr,
-    B, H, S, split_len, n_splits, qk_scale,
-    D_LAT: tl.constexpr, D_ROPE: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    SINGLE_SPLIT: tl.constexpr, USE_PDL: tl.constexpr,
-):
-    """Stage 1 with the products transposed ("tokens" form): cache rows are the M dimension,
-
-        scores^T [BLOCK_N, BLOCK_H] = c @ q_lat^T + r @ q_rope^T
-        acc^T    [512, BLOCK_H]    += c^T @ weights^T
-
-    so both products run as Hopper wgmma (M a multiple of 64) however few heads a program takes.
-    With heads as M (`_mla_split_kernel`), 16 heads get only mma.sync, whose chain of 36 dependent
-    MMAs over the 576 columns sets the pace of each tile. Same grid, workspace and epilogue."""
-    if USE_PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-    D_QK: tl.constexpr = D_LAT + D_ROPE
-    hb = tl.program_id(0)
-    split = tl.program_id(1)
-    b = tl.program_id(2).to(tl.int64)
-
-    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
-    h_ok = offs_h < H
-    offs_c = tl.arange(0, D_LAT)
-    offs_r = tl.arange(0, D_ROPE)
-    # the query block, loaded transposed ([columns, heads]): the B operand of the score product
-    q_cols = q_ptr + (b * H + offs_h[None, :]) * D_QK
-    q_lat_t = tl.load(q_cols + offs_c[:, None], mask=h_ok[None, :], other=0.0)
-    q_rope_t = tl.load(q_cols + D_LAT + offs_r[:, None], mask=h_ok[None, :], other=0.0)
-
-    start = split * split_len
-    end = tl.minimum(start + split_len, S)
-
-    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([D_LAT, BLOCK_H], dtype=tl.float32)  # the numerator, transposed
-    kv_tile = kv_ptr + (b * S + start) * D_QK
-    offs_t = tl.arange(0, BLOCK_N)
-    for n0 in range(start, end, BLOCK_N):
-        n_ok = n0 + offs_t < end
-        kv_rows = kv_tile + offs_t[:, None] * D_QK
-        c = tl.load(kv_rows + offs_c[None, :], mask=n_ok[:, None], other=0.0)  # [BLOCK_N, 512]: K and V
-        r = tl.load(kv_rows + D_LAT + offs_r[None, :], mask=n_ok[:, None], other=0.0)
-
-        s = tl.dot(c, q_lat_t)
-        s = tl.dot(r, q_rope_t, acc=s)
-        s = tl.where(n_ok[:, None], s * qk_scale, float("-inf"))
-
-        m_new = tl.maximum(m_i, tl.max(s, axis=0))
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(s - m_new[None, :])
-        l_i = l_i * alpha + tl.sum(p, axis=0)
-        acc = tl.dot(tl.trans(c), p.to(c.dtype), acc=acc * alpha[None, :])
-        m_i = m_new
-        kv_tile += BLOCK_N * D_QK
-
-    _split_epilogue(tl.trans(acc), m_i, l_i, ws_ptr, o_ptr, b, offs_h, h_ok, offs_c, B, H, split, n_splits,
-                    D_LAT, SINGLE_SPLIT)
 
 
 @triton.jit
@@ -289,13 +244,12 @@ def mla_decode(q: torch.Tensor, kv: torch.Tensor, scale: float) -> torch.Tensor:
     # one workspace: partial outputs, then log-sum-exps (with one split stage 1 never touches it)
     ws = o if single else torch.empty(B * H * splits * (D_LATENT + 1), device=q.device, dtype=torch.float32)
 
-    stage1, stages = _mla_split_kernel, CONFIG[pre + "num_stages"]
-    if CONFIG[pre + "FORM"] == "tokens":
-        stage1, stages = _mla_split_tokens_kernel, max(2, stages)  # not 1: see FORM above
-    stage1[(n_hb, splits, B)](
+    tokens = CONFIG[pre + "FORM"] == "tokens"
+    stages = max(2, CONFIG[pre + "num_stages"]) if tokens else CONFIG[pre + "num_stages"]  # see FORM above
+    _mla_split_kernel[(n_hb, splits, B)](
         q, kv, ws, o, B, H, S, split_len, splits, scale * LOG2E,
         D_LAT=D_LATENT, D_ROPE=D - D_LATENT, BLOCK_H=block_h, BLOCK_N=block_n, SINGLE_SPLIT=single,
-        USE_PDL=pdl, num_warps=CONFIG[pre + "num_warps"], num_stages=stages,
+        TOKENS_M=tokens, USE_PDL=pdl, num_warps=CONFIG[pre + "num_warps"], num_stages=stages,
     )
     if not single:
         block_d = min(CONFIG["MERGE_BLOCK_D"], D_LATENT)
