@@ -24,8 +24,8 @@
 #                  server and brings its state directory back as state.tgz; copy that file to
 #                  .h200-state/state.tgz here and carry .h200-state in the second call, which starts
 #                  `marathon dev` on the same state and follows the run to its report
-#   kda-forms      the KDA preparation's register caps and "columns" form, wider scan blocks (bench/kda.py
-#                  --preset forms), the pick judged against FLA at B=1,T=8192 (~280 s)
+#   kda-forms      bench/kda.py --preset forms: the FORMS_PREP / FORMS_SCAN changes to the shipped CONFIG
+#                  timed alone, the pick end to end beside FLA, then judged at B=1,T=8192 (~160 s)
 #   mla-tune       bench/mla_decode.py tune: MLA stage 1 in both FORMs (heads or cache rows as the products'
 #                  M), split counts, merge shapes and PDL, timed as CUDA graphs after an L2 flush (~4.5 min)
 #   mla-breakdown  bench/mla_decode.py breakdown: B=1 time split between stage 1 and the merge, per config
@@ -40,6 +40,9 @@
 # whole space finished; no resume needed), (3) kda-forms + ncu-fences, (4) ncu + ncu-source after the
 # sandbox fix. Next: time a KDA preparation that moves fewer tiles between layouts (kda-forms with its
 # variants in FORMS_PREP), then ncu again (profile_kernel's re-run now judges in compile mode).
+# Session 6 (30 device minutes) ran: (1) mla-tune + kda-forms, (2) kda-forms + mla-breakdown +
+# ncu-source-mla, (3) kda-forms + kda-shapes, (4) kda-forms + kda-shapes + mla-sweep, (5) mla-streams
+# (failed to compile; fixed after). Next: mla-streams, then ncu with profile_kernel's compile-mode re-run.
 out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc

@@ -57,14 +57,10 @@ PREP_GRID = {"PREP_WARPS": (4, 8), "PREP_BK": (64, 128), "PREP_BV": (64, 128)}
 # the second (256)
 SCAN_GRID = {"SCAN_BV": (16, 32), "SCAN_WARPS": (4, 8), "SCAN_STAGES": (2, 3, 4)}
 SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_STAGES_MANY": (2, 3)}
-# `--preset forms` (session 5): instead of the grids, these changes to the shipped CONFIG. The
-# preparation ran at 12.5 % occupancy, held to 2 programs per SM by its 255 registers (ncu,
-# bench/results/ncu_kda_h200.txt): register caps, the "columns" form of its products (tall wgmma
-# tiles instead of ten 16 x 16 ones), and wider scan blocks (fewer programs re-reading each chunk).
-# Session 5's run had no PREP_GLAST rows; "carry" came after it (792 -> 72 B of spills for sm_90).
-# session 6: the forms measured slower in sessions 5 and 6 (bench/results/kda_forms_tune*.json:
-# "columns", 2 warps, register caps, carry, tf32x3 and ieee inverses) are left out; base is the
-# shipped CONFIG. Worth timing again: the launch order (within noise at this shape)
+# `--preset forms`: instead of the grids, a few changes to the shipped CONFIG, each timed alone. The
+# ones measured slower in sessions 5 and 6 are out of the list (bench/results/kda_NOTES.md and
+# kda_forms_tune*.json: register caps, the "columns" form, 2 warps, PREP_GLAST "carry", tf32x3 and
+# ieee inverses, 2 scan stages); the launch order was within noise at B=1,T=8192.
 FORMS_PREP = [{}, {"PREP_ORDER": "heads"}]
 FORMS_SCAN = [{}, {"SCAN_BV": 64}]
 PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_ORDER", "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")

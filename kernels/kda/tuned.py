@@ -78,6 +78,7 @@ TUNABLES = {
     "SCAN_STAGES_MANY": (2, 3, 4),
     # launch the scan as a programmatic dependent launch (Hopper): its programs are placed while the
     # preparation's last wave runs and wait in griddepcontrol.wait, hiding the launch gap between them
+    # (no gain measured at B=1,T=8192 on the H200 in session 6: bench/results/kda_NOTES.md)
     "SCAN_PDL": (False, True),
 }
 CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4, "PREP_FORM": "pairs", "PREP_MAXNREG": 0,
