@@ -29,7 +29,8 @@
 #   mla-tune       bench/mla_decode.py tune: MLA stage 1 in both FORMs (heads or cache rows as the products'
 #                  M), split counts, merge shapes and PDL, timed as CUDA graphs after an L2 flush (~4.5 min)
 #   mla-breakdown  bench/mla_decode.py breakdown: B=1 time split between stage 1 and the merge, per config
-#   mla-streams    the same, only the yardsticks: stage 1's cache stream at its grids without the math
+#   mla-streams    part of the same: stage 1's cache stream at its grids without the math, and the shipped
+#                  stage 1 on fixed grids (32 and 64 splits) as S grows from 1,024 to 32,768
 #   ncu-source-mla the MLA half of ncu-source alone
 #   ncu-fences     ncu through the sandbox with each OS fence off in turn (bench/ncu_probe.py --fences)
 #   ncu-source     metrics per SASS instruction of the KDA preparation and MLA stage 1 (bench/ncu_probe.py
@@ -111,8 +112,8 @@ for step in "$@"; do
       timeout 290 python3 bench/mla_decode.py tune --budget-s 460 --out "$out" ;;
     mla-breakdown)  # B=1: the whole call, stage 1 alone and the merge alone, per configuration
       timeout 150 python3 bench/mla_decode.py breakdown --out "$out" ;;
-    mla-streams)  # stage 1's grid and tile stream without its math (bench/mla_decode.py STREAMS)
-      timeout 100 python3 bench/mla_decode.py breakdown --streams-only --out "$out" ;;
+    mla-streams)  # stage 1's cache stream without its math (STREAMS), and the shipped stage 1 as S grows (SCALING_*)
+      timeout 200 python3 bench/mla_decode.py breakdown --part streams --part scaling --out "$out" ;;
     ncu-source-mla)  # per-SASS-instruction warp stall samples of MLA stage 1 alone
       timeout 120 python3 bench/ncu_probe.py --out "$out" --source _mla_split_kernel --problem mla_decode ;;
     kda-forms)  # FORMS_PREP / FORMS_SCAN of bench/kda.py, the pick end to end beside FLA, then judged at B=1,T=8192

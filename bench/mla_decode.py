@@ -4,8 +4,9 @@
     python bench/mla_decode.py eval  [--kernel tuned --kernel starter] [--set headline --set sweep]
                                      [--config JSON | --best-from DIR/mla_decode_tune.json]
     python bench/mla_decode.py all   [--out DIR] [--budget-s 220]  # tune, then eval with the pick
-    python bench/mla_decode.py breakdown [--out DIR] [--streams-only]  # B=1: whole call, stage 1 alone, merge
-                                     # alone; and stage 1's cache stream without its math (STREAMS)
+    python bench/mla_decode.py breakdown [--out DIR] [--part streams|configs|scaling]  # B=1: whole call,
+                                     # stage 1 alone, merge alone; stage 1's cache stream without its math
+                                     # (STREAMS); the shipped stage 1 as S grows (SCALING_*)
 
 `tune` imports the kernel module in this process and rewrites its CONFIG dict. Each configuration is
 checked against the fp32 reference and timed as a CUDA graph replayed after a 256 MB L2 flush (median
@@ -433,48 +434,70 @@ def stream_yardsticks(timer: "Timer", kv, device: str) -> list[dict]:
     return rows
 
 
-def breakdown(out_dir: Path, device: str = "cuda", streams_only: bool = False) -> dict:
-    """Where the B=1 time goes, per configuration: the whole call, stage 1 alone (the merge skipped)
+SCALING_SPLITS = (32, 64)
+SCALING_S = (1024, 2048, 4096, 8192, 16384, 32768)
+
+
+def _split_times(mod, timer: "Timer", cfg: dict, shape: dict, inp: dict, row: dict) -> dict:
+    """One breakdown row: the relative error, then the whole call, stage 1 alone (the merge skipped)
     and the merge alone (stage 1 skipped: the merge then reads the workspace an earlier call left,
-    which is what it reads anyway, so its time is honest though the output is not), CUDA graphs
-    after an L2 flush; the split count and workspace size beside them."""
-    import torch
+    which is what it reads anyway, so its time is honest though the output is not)."""
     from kernels.mla_decode.reference import reference
+
+    mod.CONFIG.clear()
+    mod.CONFIG.update(cfg)
+    try:
+        ref = reference(**inp)
+        out = mod.mla_decode(**inp).float()
+        row["rel_err"] = ((out - ref).norm() / ref.norm()).item()
+        call = lambda: mod.mla_decode(**inp)  # noqa: E731
+        row["whole_graph_us"] = timer.graph_us(call)
+        for skip, names in (("stage1_only", ("_mla_merge_kernel",)), ("merge_only", ("_mla_split_kernel",))):
+            saved = {n: getattr(mod, n) for n in names}
+            for n in names:
+                setattr(mod, n, _SkipMerge())
+            try:
+                row[f"{skip}_graph_us"] = timer.graph_us(call)
+            finally:
+                for n, k in saved.items():
+                    setattr(mod, n, k)
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    row["splits"] = mod.plan(shape["B"], shape["H"], shape["S"])[4]
+    row["workspace_mb"] = round(shape["H"] * row["splits"] * (mod.D_LATENT + 1) * 4 / 1e6, 2)
+    return row
+
+
+BREAKDOWN_PARTS = ("streams", "configs", "scaling")
+
+
+def breakdown(out_dir: Path, device: str = "cuda", parts: tuple = BREAKDOWN_PARTS) -> dict:
+    """Where the B=1 time goes, per configuration (_split_times), CUDA graphs after an L2 flush, the
+    split count and workspace size beside them; then the shipped stage 1 as S grows (SCALING)."""
 
     mod = _load_tuned()
     timer = Timer(device)
     inp = _inputs(BENCH, seed=1, device=device)
-    streams = stream_yardsticks(timer, inp["kv"], device)
-    ref = reference(**inp)
+    streams = stream_yardsticks(timer, inp["kv"], device) if "streams" in parts else []
     rows = []
-    for variant, waves in ([] if streams_only else BREAKDOWN):
+    for variant, waves in (BREAKDOWN if "configs" in parts else []):
         cfg = stage1_config(base_config(), "SMALL_", variant, waves)
-        mod.CONFIG.clear()
-        mod.CONFIG.update(cfg)
-        row = {"variant": list(variant), "SPLIT_WAVES": waves}
-        try:
-            out = mod.mla_decode(**inp).float()
-            row["rel_err"] = ((out - ref).norm() / ref.norm()).item()
-            call = lambda: mod.mla_decode(**inp)  # noqa: E731
-            row["whole_graph_us"] = timer.graph_us(call)
-            for skip, names in (("stage1_only", ("_mla_merge_kernel",)),
-                                ("merge_only", ("_mla_split_kernel",))):
-                saved = {n: getattr(mod, n) for n in names}
-                for n in names:
-                    setattr(mod, n, _SkipMerge())
-                try:
-                    row[f"{skip}_graph_us"] = timer.graph_us(call)
-                finally:
-                    for n, k in saved.items():
-                        setattr(mod, n, k)
-        except Exception as exc:
-            row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-        row["splits"] = mod.plan(BENCH["B"], BENCH["H"], BENCH["S"])[4]
-        row["workspace_mb"] = round(BENCH["H"] * row["splits"] * (mod.D_LATENT + 1) * 4 / 1e6, 2)
+        row = _split_times(mod, timer, cfg, BENCH, inp, {"variant": list(variant), "SPLIT_WAVES": waves})
         rows.append(row)
         print(json.dumps(row), flush=True)
-    result = {"host": host_facts(), "shape": BENCH, "rows": rows, "streams": streams}
-    name = "mla_decode_streams.json" if streams_only else "mla_decode_breakdown.json"
+    # the shipped stage 1 on a fixed grid while S grows: 1 to 32 tiles per program. The intercept of
+    # stage 1's time against tiles is what a program costs besides its tiles (launch, query load,
+    # pipeline fill, workspace store), the slope what a tile costs
+    scaling = []
+    for splits, S in (itertools.product(SCALING_SPLITS, SCALING_S) if "scaling" in parts else []):
+        shape = {**BENCH, "S": S}
+        cfg = {**base_config(), "NUM_SPLITS": splits}
+        row = _split_times(mod, timer, cfg, shape, _inputs(shape, seed=1, device=device), {"S": S})
+        row["tiles_per_program"] = mod.plan(shape["B"], shape["H"], S)[5] // cfg["SMALL_BLOCK_N"]
+        scaling.append(row)
+        print(json.dumps(row), flush=True)
+    result = {"host": host_facts(), "shape": BENCH, "rows": rows, "streams": streams, "scaling": scaling}
+    name = "mla_decode_breakdown.json" if set(parts) == set(BREAKDOWN_PARTS) else f"mla_decode_{'_'.join(parts)}.json"
     (out_dir / name).write_text(json.dumps(result, indent=1))
     return result
 
@@ -576,7 +599,9 @@ def main() -> int:
     ap.add_argument("--finalists", type=int, default=2, help="tune: leaders per regime combined in phase 2")
     ap.add_argument("--budget-s", type=float, default=None, help="all: stop starting new steps after this")
     ap.add_argument("--timeout", type=float, default=300.0, help="eval: the candidate's wall-clock limit")
-    ap.add_argument("--streams-only", action="store_true", help="breakdown: only the cache-streaming yardsticks")
+    ap.add_argument("--part", action="append", choices=BREAKDOWN_PARTS, default=None,
+                    help="breakdown: only these parts (streams: the cache stream without the math; configs: "
+                         "BREAKDOWN; scaling: the shipped stage 1 as S grows); default all")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -590,7 +615,7 @@ def main() -> int:
         study(out_dir, args.device)
         return 0
     if args.mode == "breakdown":
-        breakdown(out_dir, args.device, args.streams_only)
+        breakdown(out_dir, args.device, tuple(args.part or BREAKDOWN_PARTS))
         return 0
     tune_result = None
     config = json.loads(args.config) if args.config else None
