@@ -60,7 +60,7 @@ def test_kda_preparation_and_scan(tmp_path):
     [prep] = compile_rows(tmp_path, "--kda-prep", f"{KDA['PREP_BK']},{KDA['PREP_BV']},{KDA['PREP_WARPS']},"
                           f"{KDA['PREP_MAXNREG']},{int(KDA['PREP_FORM'] == 'columns')},"
                           f"{int(KDA['PREP_GLAST'] == 'carry')},{inv},"
-                          f"{('none', 'L2', 'L1').index(KDA['PREP_PREFETCH'])}")
+                          f"{('none', 'L2', 'L1').index(KDA['PREP_PREFETCH'])},{KDA['PREP_AHEAD']}")
     fits(prep)
     assert prep["PREP_INV"] == KDA["PREP_INV"] and prep["hmma"] > 0, prep
     [scan] = compile_rows(tmp_path, "--kda-scan",

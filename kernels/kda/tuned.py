@@ -70,6 +70,9 @@ TUNABLES = {
     # "L1"): its loads come sub-chunk by sub-chunk, each only after the previous sub-chunk's stores, so
     # without it every one waits out a DRAM round trip (GPU only; the interpreter has no inline asm)
     "PREP_PREFETCH": ("none", "L2", "L1"),
+    # and ask L2 for the q, k, v and g rows of the program this many places later in launch order
+    # (0: never; 2 programs per SM on 132 SMs make 264 one wave ahead)
+    "PREP_AHEAD": (0, 264, 528),
     # the scan: V columns of the state per program, warps, and how many chunks ahead its loads run
     # (1, no pipelining, faulted on the H200 with 4 warps: left out); one set for few batch*heads
     # (V split finely, to spread over the SMs) and one for many
@@ -91,6 +94,7 @@ TUNABLES = {
 }
 CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4, "PREP_FORM": "pairs", "PREP_MAXNREG": 0,
           "PREP_GLAST": "load", "PREP_INV": "tf32", "PREP_ORDER": "chunks", "PREP_PREFETCH": "none",
+          "PREP_AHEAD": 0,
           "MANY_HEADS": 128, "SCAN_BV": 32, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
           "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3, "SCAN_PDL": False,
           "SCAN_PREFETCH": 0}
@@ -362,6 +366,7 @@ def _kda_prep(
     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
     PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, PREP_COLUMNS: tl.constexpr, GLAST_CARRY: tl.constexpr,
     INV_PREC: tl.constexpr, HEADS_FIRST: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = "none",
+    AHEAD: tl.constexpr = 0,
 ):
     if USE_PDL:  # let the scan grid launch once every program here has started
         tl.extra.cuda.gdc_launch_dependents()
@@ -389,6 +394,21 @@ def _kda_prep(
         _prefetch_rows(k_ptr, qk_base, t0, T, stride_qt, BT, LINES_QK, PREFETCH)
         _prefetch_rows(q_ptr, qk_base, t0, T, stride_qt, BT, LINES_QK, PREFETCH)
         _prefetch_rows(v_ptr, v_base, t0, T, stride_vt, BT, LINES_V, PREFETCH)
+    if AHEAD > 0:  # a later program's rows, into L2, so that its first loads do not wait on DRAM
+        n_bh = tl.num_programs(0) if HEADS_FIRST else tl.num_programs(1)
+        later = (n * n_bh + bh if HEADS_FIRST else bh * NT + n) + AHEAD
+        n2 = later // n_bh if HEADS_FIRST else later % NT
+        bh2 = later % n_bh if HEADS_FIRST else later // NT
+        if (n2 < NT) & (bh2 < n_bh):
+            base2 = ((bh2 // H).to(tl.int64) * T * H + bh2 % H) * K
+            LINES_K: tl.constexpr = max(1, BK * q_ptr.dtype.element_ty.primitive_bitwidth // 1024)
+            LINES_G: tl.constexpr = max(1, BK * g_ptr.dtype.element_ty.primitive_bitwidth // 1024)
+            LINES_VV: tl.constexpr = max(1, BVP * v_ptr.dtype.element_ty.primitive_bitwidth // 1024)
+            _prefetch_rows(k_ptr, base2, n2 * BT, T, stride_qt, BT, LINES_K, "L2")
+            _prefetch_rows(q_ptr, base2, n2 * BT, T, stride_qt, BT, LINES_K, "L2")
+            _prefetch_rows(g_ptr, base2, n2 * BT, T, stride_qt, BT, LINES_G, "L2")
+            _prefetch_rows(v_ptr, ((bh2 // H).to(tl.int64) * T * H + bh2 % H) * V, n2 * BT, T, stride_vt, BT,
+                           LINES_VV, "L2")
     cs = tl.arange(0, SUB)
     # the four sub-chunks' betas, as separate 16-vectors
     bb = beta_ptr + b.to(tl.int64) * T * H + h
@@ -533,7 +553,8 @@ def kda(q, k, v, g, beta, scale):
         BT=BT, SUB=SUB, BK=BK, BVP=BVP, PREP_BK=min(BK, CONFIG["PREP_BK"]), PREP_BV=min(BVP, CONFIG["PREP_BV"]),
         PREP_COLUMNS=CONFIG["PREP_FORM"] == "columns", GLAST_CARRY=CONFIG["PREP_GLAST"] == "carry",
         INV_PREC=CONFIG["PREP_INV"], HEADS_FIRST=heads_first, USE_PDL=pdl,
-        PREFETCH=CONFIG["PREP_PREFETCH"] if q.is_cuda else "none", num_warps=CONFIG["PREP_WARPS"],
+        PREFETCH=CONFIG["PREP_PREFETCH"] if q.is_cuda else "none", AHEAD=CONFIG["PREP_AHEAD"] if q.is_cuda else 0,
+        num_warps=CONFIG["PREP_WARPS"],
         **({"maxnreg": CONFIG["PREP_MAXNREG"]} if CONFIG["PREP_MAXNREG"] else {}),
     )
     many = "_MANY" if B * H >= CONFIG["MANY_HEADS"] else ""
