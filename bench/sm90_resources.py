@@ -112,8 +112,7 @@ def kda_scan_resources(bv: int, warps: int, stages: int, prefetch: int = 0) -> d
     sig = {n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")}
     sig.update({"gl_ptr": "*fp32", "o_ptr": "*bf16", "T": "i32", "H": "i32", "V": "i32", "NT": "i32"})
     sig.update({n: "constexpr" for n in ("BT", "BK", "BV", "BVP", "USE_PDL", "PREFETCH")})
-    consts = {"BT": 64, "BK": 128, "BV": bv, "BVP": 128, "USE_PDL": False, "PREFETCH": prefetch,
-              "AHEAD": ahead}
+    consts = {"BT": 64, "BK": 128, "BV": bv, "BVP": 128, "USE_PDL": False, "PREFETCH": prefetch}
     return {"kernel": "_kda_scan", "SCAN_BV": bv, "SCAN_PREFETCH": prefetch,
             **compiled(tuned._kda_scan, sig, consts, warps, stages,
                        aligned=tuple(n for n, t in sig.items() if t.startswith("*")) + ("T", "V", "NT"))}
