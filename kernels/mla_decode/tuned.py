@@ -44,6 +44,10 @@ import triton.language as tl
 #                as M, so that wgmma serves any head block; wants BLOCK_N a multiple of 64). "tokens"
 #                runs with at least 2 stages: with 1 (Triton 3.6, H200) it gave wrong results or an
 #                illegal memory access
+#   PREFETCH     stage 1's first head block asks L2 for its whole slice of the cache when it starts, so
+#                that DRAM streams the slice at once while the tiles are loaded (else each tile load
+#                waits out a DRAM round trip: at B=1 the cache stream alone, without the math, took as
+#                long as stage 1 does; bench/results/mla_decode_NOTES.md, session 7). GPU only
 TUNABLES = {
     "BLOCK_H": (16, 32, 64),
     "BLOCK_N": (16, 32, 64, 128),
@@ -63,6 +67,8 @@ TUNABLES = {
     "PDL": (False, True),
     "FORM": ("heads", "tokens"),
     "SMALL_FORM": ("heads", "tokens"),
+    "PREFETCH": (False, True),
+    "SMALL_PREFETCH": (False, True),
 }
 # Picked on an H200 by `python bench/mla_decode.py tune` (bench/results/mla_decode_tune.json): CUDA-graph
 # time after an L2 flush, 21.7 us at B=1, H=64, S=8192 and 272 us at B=32, H=128, S=8192.
@@ -71,13 +77,24 @@ TUNABLES = {
 CONFIG = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "SPLIT_WAVES": 1,
           "SMALL_BELOW": 16, "SMALL_BLOCK_H": 16, "SMALL_BLOCK_N": 32, "SMALL_num_warps": 4,
           "SMALL_num_stages": 3, "SMALL_SPLIT_WAVES": 1, "NUM_SPLITS": "auto", "MIN_SPLIT": 64,
-          "MERGE_BLOCK_D": 256, "MERGE_WARPS": 4, "PDL": True, "FORM": "heads", "SMALL_FORM": "heads"}
+          "MERGE_BLOCK_D": 256, "MERGE_WARPS": 4, "PDL": True, "FORM": "heads", "SMALL_FORM": "heads",
+          "PREFETCH": False, "SMALL_PREFETCH": False}
 
 D_LATENT = 512
 LOG2E = 1.4426950408889634
 # The split heuristic's multiprocessor count: the H100 and H200 (SXM) have 132. A constant rather than
 # a device query, to keep the host path short; SPLIT_WAVES scales it for other parts.
 NUM_SMS = 132
+
+
+@triton.jit
+def _prefetch_span(ptr, n_elems, LINE_ELEMS: tl.constexpr, LINES: tl.constexpr):
+    """Ask L2 for the 128-byte lines of ptr[0 : n_elems] (LINE_ELEMS elements a line), LINES at a time.
+    A hint: nothing waits on it, and the loads that follow find the lines in L2 instead of DRAM."""
+    for l0 in range(0, tl.cdiv(n_elems, LINE_ELEMS), LINES):
+        offs = tl.minimum((l0 + tl.arange(0, LINES)) * LINE_ELEMS, n_elems - 1)  # every address valid
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptr + offs],
+                                  dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -89,6 +106,7 @@ def _mla_split_kernel(
     SINGLE_SPLIT: tl.constexpr,  # one split: write the final output, skip the workspace
     TOKENS_M: tl.constexpr,  # FORM "tokens": the products transposed (see below)
     USE_PDL: tl.constexpr,
+    PREFETCH: tl.constexpr = False,
 ):
     """FORM "heads" (TOKENS_M false): heads are the products' M dimension,
 
@@ -127,6 +145,10 @@ def _mla_split_kernel(
 
     start = split * split_len
     end = tl.minimum(start + split_len, S)
+    if PREFETCH:
+        if hb == 0:  # the slice is contiguous; the other head blocks read it after this one
+            _prefetch_span(kv_ptr + (b * S + start) * D_QK, (end - start) * D_QK,
+                           1024 // kv_ptr.dtype.element_ty.primitive_bitwidth, 512)
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)  # running max (base-2 units)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)  # running denominator
@@ -251,7 +273,8 @@ def mla_decode(q: torch.Tensor, kv: torch.Tensor, scale: float) -> torch.Tensor:
     _mla_split_kernel[(n_hb, splits, B)](
         q, kv, ws, o, B, H, S, split_len, splits, scale * LOG2E,
         D_LAT=D_LATENT, D_ROPE=D - D_LATENT, BLOCK_H=block_h, BLOCK_N=block_n, SINGLE_SPLIT=single,
-        TOKENS_M=tokens, USE_PDL=pdl, num_warps=CONFIG[pre + "num_warps"], num_stages=stages,
+        TOKENS_M=tokens, USE_PDL=pdl, PREFETCH=bool(CONFIG[pre + "PREFETCH"]) and q.is_cuda,
+        num_warps=CONFIG[pre + "num_warps"], num_stages=stages,
     )
     if not single:
         block_d = min(CONFIG["MERGE_BLOCK_D"], D_LATENT)
