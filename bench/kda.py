@@ -63,8 +63,8 @@ SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_ST
 # ieee inverses, 2 scan stages); so are the launch order "heads" and SCAN_BV=64 (session 6: within
 # noise and 197 against 177 us). Session 7: cache prefetches, for the preparation and the scan.
 FORMS_PREP = [{}, {"PREP_PREFETCH": "L2"}, {"PREP_PREFETCH": "L1"}, {"PREP_PREFETCH": "L1", "PREP_AHEAD": 264},
-              {"PREP_AHEAD": 264}]
-FORMS_SCAN = [{}, {"SCAN_PREFETCH": 4}, {"SCAN_PREFETCH": 8}]
+              {"PREP_AHEAD": 264}, {"PREP_PREFETCH": "L1", "PREP_AHEAD": 528}]
+FORMS_SCAN = [{}, {"SCAN_PREFETCH": 4}, {"SCAN_PREFETCH": 8}, {"SCAN_PREFETCH": 16}]
 PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_ORDER", "PREP_PREFETCH", "PREP_AHEAD", "PREP_WARPS",
               "PREP_BK", "PREP_BV", "PREP_MAXNREG")
 SCAN_KNOBS = (*SCAN_GRID, "SCAN_PREFETCH")

@@ -376,13 +376,10 @@ def study(out_dir: Path, device: str = "cuda") -> dict:
     return result
 
 
-# (stage-1 variant, SPLIT_WAVES, other SMALL_ keys) whose time the breakdown splits between the two
-# kernels, at B=1. Session 6 timed the forms, head blocks and split counts without prefetch
-# (mla_decode_breakdown.json); session 7 the prefetch against them and deeper pipelines
-_PF = {"SMALL_PREFETCH": True}
-BREAKDOWN = [((16, 32, 4, 3), 1, {}), ((16, 32, 4, 3), 1, _PF), ((16, 32, 4, 3), 2, _PF), ((16, 32, 4, 4), 1, {}),
-             ((16, 32, 4, 4), 1, _PF), ((16, 64, 4, 2, "tokens"), 1, _PF), ((32, 64, 8, 2, "tokens"), 1, _PF),
-             ((64, 64, 8, 2), 0.5, _PF), ((64, 64, 8, 2), 1, _PF), ((64, 32, 8, 3), 1, _PF)]
+# (stage-1 variant, SPLIT_WAVES) pairs whose time the breakdown splits between the two kernels, at B=1
+BREAKDOWN = [((16, 32, 4, 3), 0.5), ((16, 32, 4, 3), 1), ((16, 32, 4, 3), 2), ((16, 64, 4, 2), 1), ((16, 64, 4, 2), 2),
+             ((16, 64, 4, 2, "tokens"), 0.5), ((16, 64, 4, 2, "tokens"), 1), ((16, 64, 4, 2, "tokens"), 2),
+             ((32, 64, 8, 2, "tokens"), 1), ((64, 64, 8, 2), 0.5), ((64, 64, 8, 2), 1)]
 
 
 # stage 1's grid and tile stream without its math: (head blocks, splits, BLOCK_N, warps, stages) at B=1,
@@ -483,9 +480,9 @@ def breakdown(out_dir: Path, device: str = "cuda", parts: tuple = BREAKDOWN_PART
     inp = _inputs(BENCH, seed=1, device=device)
     streams = stream_yardsticks(timer, inp["kv"], device) if "streams" in parts else []
     rows = []
-    for variant, waves, extra in (BREAKDOWN if "configs" in parts else []):
-        cfg = {**stage1_config(base_config(), "SMALL_", variant, waves), **extra}
-        row = _split_times(mod, timer, cfg, BENCH, inp, {"variant": list(variant), "SPLIT_WAVES": waves, **extra})
+    for variant, waves in (BREAKDOWN if "configs" in parts else []):
+        cfg = stage1_config(base_config(), "SMALL_", variant, waves)
+        row = _split_times(mod, timer, cfg, BENCH, inp, {"variant": list(variant), "SPLIT_WAVES": waves})
         rows.append(row)
         print(json.dumps(row), flush=True)
     # the shipped stage 1 on a fixed grid while S grows: 1 to 32 tiles per program. The intercept of

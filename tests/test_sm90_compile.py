@@ -42,8 +42,7 @@ def test_mla_stage1_in_both_regimes_and_the_tokens_form(tmp_path):
     for pre in ("SMALL_", ""):
         tokens = MLA[pre + "FORM"] == "tokens"
         stages = max(2, MLA[pre + "num_stages"]) if tokens else MLA[pre + "num_stages"]  # as the launcher does
-        variants.append(f"{MLA[pre + 'BLOCK_H']},{MLA[pre + 'BLOCK_N']},{MLA[pre + 'num_warps']},{stages},{int(tokens)},"
-                        f"{int(MLA[pre + 'PREFETCH'])}")
+        variants.append(f"{MLA[pre + 'BLOCK_H']},{MLA[pre + 'BLOCK_N']},{MLA[pre + 'num_warps']},{stages},{int(tokens)}")
     # the tokens form at 16 heads (the reason it exists: wgmma there), and a tile that must not fit
     small_regime, large_regime, tokens16, too_big = compile_rows(
         tmp_path, *variants, "16,64,4,2,1", "16,128,8,2,1")

@@ -47,10 +47,6 @@ import triton.language as tl
 #                illegal memory access
 #   WORKSPACE    the partial outputs' dtype in the workspace: "fp32" or "bf16" (half the bytes stage 1
 #                writes and the merge reads; the log-sum-exps stay fp32)
-#   PREFETCH     stage 1's first head block asks L2 for its whole slice of the cache when it starts, so
-#                that DRAM streams the slice at once while the tiles are loaded (else each tile load
-#                waits out a DRAM round trip: at B=1 the cache stream alone, without the math, took as
-#                long as stage 1 does; bench/results/mla_decode_NOTES.md, session 7). GPU only
 TUNABLES = {
     "BLOCK_H": (16, 32, 64),
     "BLOCK_N": (16, 32, 64, 128),
@@ -70,8 +66,6 @@ TUNABLES = {
     "PDL": (False, True),
     "FORM": ("heads", "tokens"),
     "SMALL_FORM": ("heads", "tokens"),
-    "PREFETCH": (False, True),
-    "SMALL_PREFETCH": (False, True),
     "WORKSPACE": ("fp32", "bf16"),
 }
 # Picked on an H200 by `python bench/mla_decode.py tune` (bench/results/mla_decode_tune.json): CUDA-graph
@@ -82,23 +76,13 @@ CONFIG = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "SPLIT_
           "SMALL_BELOW": 16, "SMALL_BLOCK_H": 16, "SMALL_BLOCK_N": 32, "SMALL_num_warps": 4,
           "SMALL_num_stages": 3, "SMALL_SPLIT_WAVES": 1, "NUM_SPLITS": "auto", "MIN_SPLIT": 64,
           "MERGE_BLOCK_D": 256, "MERGE_WARPS": 4, "PDL": True, "FORM": "heads", "SMALL_FORM": "heads",
-          "PREFETCH": False, "SMALL_PREFETCH": False, "WORKSPACE": "fp32"}
+          "WORKSPACE": "fp32"}
 
 D_LATENT = 512
 LOG2E = 1.4426950408889634
 # The split heuristic's multiprocessor count: the H100 and H200 (SXM) have 132. A constant rather than
 # a device query, to keep the host path short; SPLIT_WAVES scales it for other parts.
 NUM_SMS = 132
-
-
-@triton.jit
-def _prefetch_span(ptr, n_elems, LINE_ELEMS: tl.constexpr, LINES: tl.constexpr):
-    """Ask L2 for the 128-byte lines of ptr[0 : n_elems] (LINE_ELEMS elements a line), LINES at a time.
-    A hint: nothing waits on it, and the loads that follow find the lines in L2 instead of DRAM."""
-    for l0 in range(0, tl.cdiv(n_elems, LINE_ELEMS), LINES):
-        offs = tl.minimum((l0 + tl.arange(0, LINES)) * LINE_ELEMS, n_elems - 1)  # every address valid
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptr + offs],
-                                  dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -110,7 +94,6 @@ def _mla_split_kernel(
     SINGLE_SPLIT: tl.constexpr,  # one split: write the final output, skip the workspace
     TOKENS_M: tl.constexpr,  # FORM "tokens": the products transposed (see below)
     USE_PDL: tl.constexpr,
-    PREFETCH: tl.constexpr = False,
 ):
     """FORM "heads" (TOKENS_M false): heads are the products' M dimension,
 
@@ -149,10 +132,6 @@ def _mla_split_kernel(
 
     start = split * split_len
     end = tl.minimum(start + split_len, S)
-    if PREFETCH:
-        if hb == 0:  # the slice is contiguous; the other head blocks read it after this one
-            _prefetch_span(kv_ptr + (b * S + start) * D_QK, (end - start) * D_QK,
-                           1024 // kv_ptr.dtype.element_ty.primitive_bitwidth, 512)
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)  # running max (base-2 units)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)  # running denominator
@@ -284,8 +263,7 @@ def mla_decode(q: torch.Tensor, kv: torch.Tensor, scale: float) -> torch.Tensor:
     _mla_split_kernel[(n_hb, splits, B)](
         q, kv, ws, o, B, H, S, split_len, splits, scale * LOG2E,
         D_LAT=D_LATENT, D_ROPE=D - D_LATENT, BLOCK_H=block_h, BLOCK_N=block_n, SINGLE_SPLIT=single,
-        TOKENS_M=tokens, USE_PDL=pdl, PREFETCH=bool(CONFIG[pre + "PREFETCH"]) and q.is_cuda,
-        num_warps=CONFIG[pre + "num_warps"], num_stages=stages,
+        TOKENS_M=tokens, USE_PDL=pdl, num_warps=CONFIG[pre + "num_warps"], num_stages=stages,
     )
     if not single:
         block_d = min(CONFIG["MERGE_BLOCK_D"], D_LATENT)
