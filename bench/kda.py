@@ -60,14 +60,11 @@ SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_ST
 # `--preset forms`: instead of the grids, a few changes to the shipped CONFIG, each timed alone. The
 # ones measured slower in sessions 5 and 6 are out of the list (bench/results/kda_NOTES.md and
 # kda_forms_tune*.json: register caps, the "columns" form, 2 warps, PREP_GLAST "carry", tf32x3 and
-# ieee inverses, 2 scan stages); so are the launch order "heads" and SCAN_BV=64 (session 6: within
-# noise and 197 against 177 us). Session 7: cache prefetches, for the preparation and the scan.
-FORMS_PREP = [{}, {"PREP_PREFETCH": "L2"}, {"PREP_PREFETCH": "L1"}, {"PREP_PREFETCH": "L1", "PREP_AHEAD": 264},
-              {"PREP_AHEAD": 264}, {"PREP_PREFETCH": "L1", "PREP_AHEAD": 528}]
-FORMS_SCAN = [{}, {"SCAN_PREFETCH": 4}, {"SCAN_PREFETCH": 8}, {"SCAN_PREFETCH": 16}]
-PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_ORDER", "PREP_PREFETCH", "PREP_AHEAD", "PREP_WARPS",
-              "PREP_BK", "PREP_BV", "PREP_MAXNREG")
-SCAN_KNOBS = (*SCAN_GRID, "SCAN_PREFETCH")
+# ieee inverses, 2 scan stages); the launch order was within noise at B=1,T=8192.
+FORMS_PREP = [{}, {"PREP_ORDER": "heads"}]
+FORMS_SCAN = [{}, {"SCAN_BV": 64}]
+PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_ORDER", "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
+SCAN_KNOBS = tuple(SCAN_GRID)
 SCAN_MANY_KNOBS = tuple(SCAN_MANY_GRID)
 
 

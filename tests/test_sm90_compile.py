@@ -59,10 +59,8 @@ def test_kda_preparation_and_scan(tmp_path):
     inv = ("ieee", "tf32x3", "tf32").index(KDA["PREP_INV"])
     [prep] = compile_rows(tmp_path, "--kda-prep", f"{KDA['PREP_BK']},{KDA['PREP_BV']},{KDA['PREP_WARPS']},"
                           f"{KDA['PREP_MAXNREG']},{int(KDA['PREP_FORM'] == 'columns')},"
-                          f"{int(KDA['PREP_GLAST'] == 'carry')},{inv},"
-                          f"{('none', 'L2', 'L1').index(KDA['PREP_PREFETCH'])},{KDA['PREP_AHEAD']}")
+                          f"{int(KDA['PREP_GLAST'] == 'carry')},{inv}")
     fits(prep)
     assert prep["PREP_INV"] == KDA["PREP_INV"] and prep["hmma"] > 0, prep
-    [scan] = compile_rows(tmp_path, "--kda-scan",
-                          f"{KDA['SCAN_BV']},{KDA['SCAN_WARPS']},{KDA['SCAN_STAGES']},{KDA['SCAN_PREFETCH']}")
+    [scan] = compile_rows(tmp_path, "--kda-scan", f"{KDA['SCAN_BV']},{KDA['SCAN_WARPS']},{KDA['SCAN_STAGES']}")
     fits(scan)

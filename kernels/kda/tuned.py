@@ -66,13 +66,6 @@ TUNABLES = {
     # the preparation's launch order: a head's chunks side by side ("chunks") or a chunk's heads
     # ("heads", whose concurrent programs read the same tokens' rows of q, k, v and g)
     "PREP_ORDER": ("chunks", "heads"),
-    # ask the caches for the chunk's q, k and v rows when a preparation program starts ("none", "L2" or
-    # "L1"): its loads come sub-chunk by sub-chunk, each only after the previous sub-chunk's stores, so
-    # without it every one waits out a DRAM round trip (GPU only; the interpreter has no inline asm)
-    "PREP_PREFETCH": ("none", "L2", "L1"),
-    # and ask L2 for the q, k, v and g rows of the program this many places later in launch order
-    # (0: never; 2 programs per SM on 132 SMs make 264 one wave ahead)
-    "PREP_AHEAD": (0, 264, 528),
     # the scan: V columns of the state per program, warps, and how many chunks ahead its loads run
     # (1, no pipelining, faulted on the H200 with 4 warps: left out); one set for few batch*heads
     # (V split finely, to spread over the SMs) and one for many
@@ -87,17 +80,11 @@ TUNABLES = {
     # preparation's last wave runs and wait in griddepcontrol.wait, hiding the launch gap between them
     # (no gain measured at B=1,T=8192 on the H200 in session 6: bench/results/kda_NOTES.md)
     "SCAN_PDL": (False, True),
-    # the scan asks L2 for the chunk this many chunks ahead of the one it works on (0: never), so that
-    # its pipelined loads (SCAN_STAGES) find L2 rather than DRAM; only the head's first program asks
-    # for the chunk's shared operands (GPU only)
-    "SCAN_PREFETCH": (0, 4, 8, 16),
 }
 CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4, "PREP_FORM": "pairs", "PREP_MAXNREG": 0,
-          "PREP_GLAST": "load", "PREP_INV": "tf32", "PREP_ORDER": "chunks", "PREP_PREFETCH": "none",
-          "PREP_AHEAD": 0,
+          "PREP_GLAST": "load", "PREP_INV": "tf32", "PREP_ORDER": "chunks",
           "MANY_HEADS": 128, "SCAN_BV": 32, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
-          "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3, "SCAN_PDL": False,
-          "SCAN_PREFETCH": 0}
+          "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3, "SCAN_PDL": False}
 
 SUB = 16  # sub-chunk: the re-centring window and the smallest tile tl.dot accepts
 
@@ -108,19 +95,6 @@ def _tile(ptr, base, row0, nrows, stride_r, cols, ncols, ROWS: tl.constexpr):
     rows = row0 + tl.arange(0, ROWS)
     mask = (rows < nrows)[:, None] & (cols < ncols)[None, :]
     return tl.load(ptr + base + rows[:, None].to(tl.int64) * stride_r + cols[None, :], mask=mask, other=0.0)
-
-
-@triton.jit
-def _prefetch_rows(ptr, base, row0, nrows, stride_r, ROWS: tl.constexpr, LINES: tl.constexpr,
-                   LEVEL: tl.constexpr):
-    """Ask the cache LEVEL ("L1" or "L2") for the first LINES 128-byte lines of rows row0 .. row0+ROWS
-    of a row-major view. A hint with no register to wait on: the loads that follow find the lines
-    there instead of in DRAM. Rows past nrows are clamped to the last, so every address is valid."""
-    rows = tl.minimum(row0 + tl.arange(0, ROWS), nrows - 1)
-    cols = tl.arange(0, LINES) * (128 // (ptr.dtype.element_ty.primitive_bitwidth // 8))
-    p = ptr + base + rows[:, None].to(tl.int64) * stride_r + cols[None, :]
-    tl.inline_asm_elementwise(f"prefetch.global.{LEVEL} [$1]; mov.u32 $0, 0;", "=r,l", [p], dtype=tl.int32,
-                              is_pure=False, pack=1)
 
 
 @triton.jit
@@ -365,8 +339,7 @@ def _kda_prep(
     T, H, K, V, NT, scale,
     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
     PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, PREP_COLUMNS: tl.constexpr, GLAST_CARRY: tl.constexpr,
-    INV_PREC: tl.constexpr, HEADS_FIRST: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = "none",
-    AHEAD: tl.constexpr = 0,
+    INV_PREC: tl.constexpr, HEADS_FIRST: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     if USE_PDL:  # let the scan grid launch once every program here has started
         tl.extra.cuda.gdc_launch_dependents()
@@ -388,27 +361,6 @@ def _kda_prep(
     s_base = bh.to(tl.int64) * TP * BK + t0 * BK  # this chunk in the [BH, TP, BK] scratch buffers
     m_base = bh.to(tl.int64) * TP * BT + t0 * BT
     gl_base = (bh.to(tl.int64) * NT + n) * BK
-    if PREFETCH != "none":  # the whole chunk's q, k, v rows at once, while the gates load and add up
-        LINES_QK: tl.constexpr = max(1, BK * q_ptr.dtype.element_ty.primitive_bitwidth // 1024)
-        LINES_V: tl.constexpr = max(1, BVP * v_ptr.dtype.element_ty.primitive_bitwidth // 1024)
-        _prefetch_rows(k_ptr, qk_base, t0, T, stride_qt, BT, LINES_QK, PREFETCH)
-        _prefetch_rows(q_ptr, qk_base, t0, T, stride_qt, BT, LINES_QK, PREFETCH)
-        _prefetch_rows(v_ptr, v_base, t0, T, stride_vt, BT, LINES_V, PREFETCH)
-    if AHEAD > 0:  # a later program's rows, into L2, so that its first loads do not wait on DRAM
-        n_bh = tl.num_programs(0) if HEADS_FIRST else tl.num_programs(1)
-        later = (n * n_bh + bh if HEADS_FIRST else bh * NT + n) + AHEAD
-        n2 = later // n_bh if HEADS_FIRST else later % NT
-        bh2 = later % n_bh if HEADS_FIRST else later // NT
-        if (n2 < NT) & (bh2 < n_bh):
-            base2 = ((bh2 // H).to(tl.int64) * T * H + bh2 % H) * K
-            LINES_K: tl.constexpr = max(1, BK * q_ptr.dtype.element_ty.primitive_bitwidth // 1024)
-            LINES_G: tl.constexpr = max(1, BK * g_ptr.dtype.element_ty.primitive_bitwidth // 1024)
-            LINES_VV: tl.constexpr = max(1, BVP * v_ptr.dtype.element_ty.primitive_bitwidth // 1024)
-            _prefetch_rows(k_ptr, base2, n2 * BT, T, stride_qt, BT, LINES_K, "L2")
-            _prefetch_rows(q_ptr, base2, n2 * BT, T, stride_qt, BT, LINES_K, "L2")
-            _prefetch_rows(g_ptr, base2, n2 * BT, T, stride_qt, BT, LINES_G, "L2")
-            _prefetch_rows(v_ptr, ((bh2 // H).to(tl.int64) * T * H + bh2 % H) * V, n2 * BT, T, stride_vt, BT,
-                           LINES_VV, "L2")
     cs = tl.arange(0, SUB)
     # the four sub-chunks' betas, as separate 16-vectors
     bb = beta_ptr + b.to(tl.int64) * T * H + h
@@ -476,7 +428,6 @@ def _kda_scan(
     w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr,
     T, H, V, NT,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BVP: tl.constexpr, USE_PDL: tl.constexpr,
-    PREFETCH: tl.constexpr = 0,
 ):
     """Chunk after chunk: U = U0 - W S;  O = Qg S + M U;  S = exp(G_last) * S + Kd^T U."""
     if USE_PDL:  # launched early: wait until the preparation has finished and its writes are visible
@@ -495,18 +446,8 @@ def _kda_scan(
     m_base = bh.to(tl.int64) * TP * BT
     o_base = (b.to(tl.int64) * T * H + h) * V
     S = tl.zeros([BK, BV], dtype=tl.float32)
-    LINES_K: tl.constexpr = max(1, BK * w_ptr.dtype.element_ty.primitive_bitwidth // 1024)
-    LINES_M: tl.constexpr = max(1, BT * w_ptr.dtype.element_ty.primitive_bitwidth // 1024)
     for n in range(NT):
         r = n * BT + rows
-        if PREFETCH > 0:  # rows past the last chunk clamp to its last row: every address stays valid
-            ahead = (n + PREFETCH) * BT
-            _prefetch_rows(u_ptr + pid_v * BV, u_base, ahead, TP, BVP, BT, 1, "L2")
-            if pid_v == 0:
-                _prefetch_rows(w_ptr, k_base, ahead, TP, BK, BT, LINES_K, "L2")
-                _prefetch_rows(qg_ptr, k_base, ahead, TP, BK, BT, LINES_K, "L2")
-                _prefetch_rows(kd_ptr, k_base, ahead, TP, BK, BT, LINES_K, "L2")
-                _prefetch_rows(m_ptr, m_base, ahead, TP, BT, BT, LINES_M, "L2")
         kk = k_base + r[:, None] * BK + offs_k[None, :]
         w = tl.load(w_ptr + kk)
         qg = tl.load(qg_ptr + kk)
@@ -552,17 +493,14 @@ def kda(q, k, v, g, beta, scale):
         q, k, v, g, beta, w, u0, qg, kd, m, gl, T, H, K, V, NT, scale,
         BT=BT, SUB=SUB, BK=BK, BVP=BVP, PREP_BK=min(BK, CONFIG["PREP_BK"]), PREP_BV=min(BVP, CONFIG["PREP_BV"]),
         PREP_COLUMNS=CONFIG["PREP_FORM"] == "columns", GLAST_CARRY=CONFIG["PREP_GLAST"] == "carry",
-        INV_PREC=CONFIG["PREP_INV"], HEADS_FIRST=heads_first, USE_PDL=pdl,
-        PREFETCH=CONFIG["PREP_PREFETCH"] if q.is_cuda else "none", AHEAD=CONFIG["PREP_AHEAD"] if q.is_cuda else 0,
-        num_warps=CONFIG["PREP_WARPS"],
+        INV_PREC=CONFIG["PREP_INV"], HEADS_FIRST=heads_first, USE_PDL=pdl, num_warps=CONFIG["PREP_WARPS"],
         **({"maxnreg": CONFIG["PREP_MAXNREG"]} if CONFIG["PREP_MAXNREG"] else {}),
     )
     many = "_MANY" if B * H >= CONFIG["MANY_HEADS"] else ""
     BV = min(BVP, CONFIG["SCAN_BV" + many])
     _kda_scan[(B * H, BVP // BV)](
         w, u0, qg, kd, m, gl, o, T, H, V, NT,
-        BT=BT, BK=BK, BV=BV, BVP=BVP, USE_PDL=pdl, PREFETCH=CONFIG["SCAN_PREFETCH"] if q.is_cuda else 0,
-        num_warps=CONFIG["SCAN_WARPS" + many],
+        BT=BT, BK=BK, BV=BV, BVP=BVP, USE_PDL=pdl, num_warps=CONFIG["SCAN_WARPS" + many],
         num_stages=CONFIG["SCAN_STAGES" + many],
         **({"launch_pdl": True} if pdl else {}),  # a launch option of the NVIDIA backend only
     )
