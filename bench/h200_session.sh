@@ -28,7 +28,8 @@
 #                  timed alone, the pick end to end beside FLA, then judged at B=1,T=8192 (~160 s)
 #   mla-tune       bench/mla_decode.py tune: MLA stage 1 in both FORMs (heads or cache rows as the products'
 #                  M), split counts, merge shapes and PDL, timed as CUDA graphs after an L2 flush (~4.5 min)
-#   mla-breakdown  bench/mla_decode.py breakdown: B=1 time split between stage 1 and the merge, per config
+#   mla-breakdown  bench/mla_decode.py breakdown --part configs: B=1 time split between stage 1 and the merge,
+#                  per configuration of BREAKDOWN
 #   mla-streams    part of the same: stage 1's cache stream at its grids without the math, and the shipped
 #                  stage 1 on fixed grids (32 and 64 splits) as S grows from 1,024 to 32,768
 #   ncu-source-mla the MLA half of ncu-source alone
@@ -111,7 +112,7 @@ for step in "$@"; do
     mla-tune)  # stage-1 variants (both FORMs) x split counts per regime, then merge/PDL; the pick's diagnosis
       timeout 290 python3 bench/mla_decode.py tune --budget-s 460 --out "$out" ;;
     mla-breakdown)  # B=1: the whole call, stage 1 alone and the merge alone, per configuration
-      timeout 150 python3 bench/mla_decode.py breakdown --out "$out" ;;
+      timeout 150 python3 bench/mla_decode.py breakdown --part configs --out "$out" ;;
     mla-streams)  # stage 1's cache stream without its math (STREAMS), and the shipped stage 1 as S grows (SCALING_*)
       timeout 200 python3 bench/mla_decode.py breakdown --part streams --part scaling --out "$out" ;;
     ncu-source-mla)  # per-SASS-instruction warp stall samples of MLA stage 1 alone

@@ -376,10 +376,13 @@ def study(out_dir: Path, device: str = "cuda") -> dict:
     return result
 
 
-# (stage-1 variant, SPLIT_WAVES) pairs whose time the breakdown splits between the two kernels, at B=1
-BREAKDOWN = [((16, 32, 4, 3), 0.5), ((16, 32, 4, 3), 1), ((16, 32, 4, 3), 2), ((16, 64, 4, 2), 1), ((16, 64, 4, 2), 2),
-             ((16, 64, 4, 2, "tokens"), 0.5), ((16, 64, 4, 2, "tokens"), 1), ((16, 64, 4, 2, "tokens"), 2),
-             ((32, 64, 8, 2, "tokens"), 1), ((64, 64, 8, 2), 0.5), ((64, 64, 8, 2), 1)]
+# (stage-1 variant, SPLIT_WAVES, other keys) whose time the breakdown splits between the two kernels,
+# at B=1. Session 6 timed forms, head blocks and split counts (mla_decode_breakdown.json), session 7 a
+# stage-1 prefetch (slower, dropped: mla_decode_configs_session7.json); now a bf16 workspace
+_BF16 = {"WORKSPACE": "bf16"}
+BREAKDOWN = [((16, 32, 4, 3), 1, {}), ((16, 32, 4, 3), 1, _BF16), ((16, 32, 4, 3), 2, _BF16),
+             ((16, 64, 4, 2, "tokens"), 1, _BF16), ((16, 64, 4, 2, "tokens"), 2, _BF16), ((64, 64, 8, 2), 0.5, _BF16),
+             ((64, 64, 8, 2), 1, _BF16), ((64, 32, 8, 3), 1, _BF16), ((32, 64, 8, 2, "tokens"), 1, _BF16)]
 
 
 # stage 1's grid and tile stream without its math: (head blocks, splits, BLOCK_N, warps, stages) at B=1,
@@ -464,7 +467,8 @@ def _split_times(mod, timer: "Timer", cfg: dict, shape: dict, inp: dict, row: di
     except Exception as exc:
         row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     row["splits"] = mod.plan(shape["B"], shape["H"], shape["S"])[4]
-    row["workspace_mb"] = round(shape["H"] * row["splits"] * (mod.D_LATENT + 1) * 4 / 1e6, 2)
+    row["workspace_mb"] = round(shape["H"] * row["splits"] * (mod.D_LATENT * (2 if cfg.get("WORKSPACE") == "bf16" else 4)
+                                                           + 4) / 1e6, 2)
     return row
 
 
@@ -480,9 +484,9 @@ def breakdown(out_dir: Path, device: str = "cuda", parts: tuple = BREAKDOWN_PART
     inp = _inputs(BENCH, seed=1, device=device)
     streams = stream_yardsticks(timer, inp["kv"], device) if "streams" in parts else []
     rows = []
-    for variant, waves in (BREAKDOWN if "configs" in parts else []):
-        cfg = stage1_config(base_config(), "SMALL_", variant, waves)
-        row = _split_times(mod, timer, cfg, BENCH, inp, {"variant": list(variant), "SPLIT_WAVES": waves})
+    for variant, waves, extra in (BREAKDOWN if "configs" in parts else []):
+        cfg = {**stage1_config(base_config(), "SMALL_", variant, waves), **extra}
+        row = _split_times(mod, timer, cfg, BENCH, inp, {"variant": list(variant), "SPLIT_WAVES": waves, **extra})
         rows.append(row)
         print(json.dumps(row), flush=True)
     # the shipped stage 1 on a fixed grid while S grows: 1 to 32 tiles per program. The intercept of
