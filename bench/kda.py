@@ -61,10 +61,8 @@ SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_ST
 # ones measured slower in sessions 5 and 6 are out of the list (bench/results/kda_NOTES.md and
 # kda_forms_tune*.json: register caps, the "columns" form, 2 warps, PREP_GLAST "carry", tf32x3 and
 # ieee inverses, 2 scan stages); the launch order was within noise at B=1,T=8192.
-# Session 7: the prefetches (slower: kda_forms_tune_session7a.json, code gone), then the scan started per
-# head (SCAN_START), which only a whole call can judge: the final step times it both ways, in pairs.
-FORMS_PREP = [{}]
-FORMS_SCAN = [{}]
+FORMS_PREP = [{}, {"PREP_ORDER": "heads"}]
+FORMS_SCAN = [{}, {"SCAN_BV": 64}]
 PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_ORDER", "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
 SCAN_KNOBS = tuple(SCAN_GRID)
 SCAN_MANY_KNOBS = tuple(SCAN_MANY_GRID)
@@ -183,8 +181,6 @@ def tune(out_dir: Path, device: str, deadline: float, workers: int = 8, preset: 
             return broken[key]
         mod.CONFIG.clear()
         mod.CONFIG.update(cfg)
-        if skip == "prep":  # a scan started by head would wait for counts no preparation raises
-            mod.CONFIG["SCAN_START"] = "after"
         saved = (mod._kda_prep, mod._kda_scan)
         if skip == "scan":
             mod._kda_scan = _Skip()
@@ -285,11 +281,6 @@ def tune(out_dir: Path, device: str, deadline: float, workers: int = 8, preset: 
         # the scan as a programmatic dependent launch or not: only the whole call can tell
         row["tuned_scan_pdl_flipped"] = {"SCAN_PDL": not best["SCAN_PDL"],
                                          "us": run({**best, "SCAN_PDL": not best["SCAN_PDL"]}, x)}
-        # and when the scan starts (after the whole preparation, or per head), also whole calls only;
-        # twice each, alternating, since the two differ by a few percent at most
-        other = "after" if best["SCAN_START"] == "head" else "head"
-        row["tuned_scan_start_pairs"] = [{best["SCAN_START"]: run(best, x), other: run({**best, "SCAN_START": other}, x)}
-                                         for _ in range(2)]
         row["fla_us"] = timer.us(lambda: fla(**x)) if fla else None
         if si == 0:
             row["starter_us"] = timer.us(lambda: starter.kda(**x))

@@ -91,14 +91,12 @@ def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | No
     sig = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}
     sig.update({"g_ptr": "*fp32", "beta_ptr": "*bf16"})
     sig.update({n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")})
-    sig.update({"gl_ptr": "*fp32", "done_ptr": "*i32", "T": "i32", "H": "i32", "K": "i32", "V": "i32", "NT": "i32",
-                "scale": "fp32"})
+    sig.update({"gl_ptr": "*fp32", "T": "i32", "H": "i32", "K": "i32", "V": "i32", "NT": "i32", "scale": "fp32"})
     sig.update({n: "constexpr" for n in ("BT", "SUB", "BK", "BVP", "PREP_BK", "PREP_BV", "PREP_COLUMNS",
-                                         "GLAST_CARRY", "INV_PREC", "HEADS_FIRST", "USE_PDL", "COUNT_DONE")})
+                                         "GLAST_CARRY", "INV_PREC", "HEADS_FIRST", "USE_PDL")})
     consts = {"BT": 64, "SUB": 16, "BK": 128, "BVP": 128, "PREP_BK": prep_bk, "PREP_BV": prep_bv,
               "PREP_COLUMNS": columns, "GLAST_CARRY": glast_carry,
-              "INV_PREC": inv_prec, "HEADS_FIRST": False, "USE_PDL": False,
-              "COUNT_DONE": tuned.CONFIG["SCAN_START"] == "head"}
+              "INV_PREC": inv_prec, "HEADS_FIRST": False, "USE_PDL": False}
     return {"kernel": "_kda_prep", "PREP_FORM": "columns" if columns else "pairs",
             "PREP_GLAST": "carry" if glast_carry else "load", "PREP_INV": inv_prec, "PREP_BK": prep_bk,
             "PREP_BV": prep_bv, "maxnreg": maxnreg,
@@ -110,11 +108,9 @@ def kda_scan_resources(bv: int, warps: int, stages: int) -> dict:
     """The KDA scan at K = V = 128 (bf16 operands) with SCAN_BV = bv."""
     from kernels.kda import tuned
     sig = {n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")}
-    sig.update({"gl_ptr": "*fp32", "o_ptr": "*bf16", "done_ptr": "*i32", "T": "i32", "H": "i32", "V": "i32",
-                "NT": "i32"})
-    sig.update({n: "constexpr" for n in ("BT", "BK", "BV", "BVP", "USE_PDL", "WAIT_HEAD")})
-    by_head = tuned.CONFIG["SCAN_START"] == "head"  # as the launcher runs it
-    consts = {"BT": 64, "BK": 128, "BV": bv, "BVP": 128, "USE_PDL": by_head, "WAIT_HEAD": by_head}
+    sig.update({"gl_ptr": "*fp32", "o_ptr": "*bf16", "T": "i32", "H": "i32", "V": "i32", "NT": "i32"})
+    sig.update({n: "constexpr" for n in ("BT", "BK", "BV", "BVP", "USE_PDL")})
+    consts = {"BT": 64, "BK": 128, "BV": bv, "BVP": 128, "USE_PDL": False}
     return {"kernel": "_kda_scan", "SCAN_BV": bv,
             **compiled(tuned._kda_scan, sig, consts, warps, stages,
                        aligned=tuple(n for n, t in sig.items() if t.startswith("*")) + ("T", "V", "NT"))}

@@ -80,19 +80,11 @@ TUNABLES = {
     # preparation's last wave runs and wait in griddepcontrol.wait, hiding the launch gap between them
     # (no gain measured at B=1,T=8192 on the H200 in session 6: bench/results/kda_NOTES.md)
     "SCAN_PDL": (False, True),
-    # when a scan program may start: "after" the whole preparation (stream order, or griddepcontrol.wait
-    # under SCAN_PDL), or once its own "head"'s preparation programs have all finished: each raises its
-    # head's counter as it ends, and the scan, then always a programmatic dependent launch, spins on it.
-    # Its programs can then take the SMs that the preparation's last, part-full wave leaves half free
-    # (one preparation program and one scan program fit an SM together), and the heads whose
-    # preparation is done scan while the rest is still being prepared
-    "SCAN_START": ("after", "head"),
 }
 CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4, "PREP_FORM": "pairs", "PREP_MAXNREG": 0,
           "PREP_GLAST": "load", "PREP_INV": "tf32", "PREP_ORDER": "chunks",
           "MANY_HEADS": 128, "SCAN_BV": 32, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
-          "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3, "SCAN_PDL": False,
-          "SCAN_START": "head"}
+          "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3, "SCAN_PDL": False}
 
 SUB = 16  # sub-chunk: the re-centring window and the smallest tile tl.dot accepts
 
@@ -343,11 +335,11 @@ def _products_columns(q_ptr, k_ptr, g_ptr, qk_base, t0, T, H, stride_qt, K, scal
 @triton.jit
 def _kda_prep(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr,
-    w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, done_ptr,
+    w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr,
     T, H, K, V, NT, scale,
     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
     PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, PREP_COLUMNS: tl.constexpr, GLAST_CARRY: tl.constexpr,
-    INV_PREC: tl.constexpr, HEADS_FIRST: tl.constexpr, USE_PDL: tl.constexpr, COUNT_DONE: tl.constexpr,
+    INV_PREC: tl.constexpr, HEADS_FIRST: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     if USE_PDL:  # let the scan grid launch once every program here has started
         tl.extra.cuda.gdc_launch_dependents()
@@ -430,26 +422,17 @@ def _kda_prep(
         _put(u_ptr, u_base, 2 * SUB, BVP, offs_v, x2, SUB)
         _put(u_ptr, u_base, 3 * SUB, BVP, offs_v, x3, SUB)
 
-    if COUNT_DONE:  # SCAN_START "head": this chunk of head bh is ready for the scan
-        tl.debug_barrier()  # every thread's stores come before the count (the release publishes them)
-        tl.atomic_add(done_ptr + bh, 1, sem="release", scope="gpu")
-
 
 @triton.jit
 def _kda_scan(
-    w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr, done_ptr,
+    w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr,
     T, H, V, NT,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BVP: tl.constexpr, USE_PDL: tl.constexpr,
-    WAIT_HEAD: tl.constexpr,
 ):
     """Chunk after chunk: U = U0 - W S;  O = Qg S + M U;  S = exp(G_last) * S + Kd^T U."""
-    bh = tl.program_id(0)
-    if WAIT_HEAD:  # SCAN_START "head": launched while the preparation runs; wait for this head's NT chunks
-        ready = tl.atomic_add(done_ptr + bh, 0, sem="acquire", scope="gpu")
-        while ready < NT:
-            ready = tl.atomic_add(done_ptr + bh, 0, sem="acquire", scope="gpu")
-    elif USE_PDL:  # launched early: wait until the preparation has finished and its writes are visible
+    if USE_PDL:  # launched early: wait until the preparation has finished and its writes are visible
         tl.extra.cuda.gdc_wait()
+    bh = tl.program_id(0)
     pid_v = tl.program_id(1)
     b = bh // H
     h = bh % H
@@ -504,25 +487,20 @@ def kda(q, k, v, g, beta, scale):
     m = torch.empty((B * H, TP, BT), device=dev, dtype=dt)
     gl = torch.empty((B * H, NT, BK), device=dev, dtype=torch.float32)
     o = torch.empty((B, T, H, V), device=dev, dtype=v.dtype)
-    by_head = CONFIG["SCAN_START"] == "head"
-    # per head, how many of its chunks the preparation has finished (SCAN_START "head" only)
-    done = torch.zeros(B * H if by_head else 1, device=dev, dtype=torch.int32)
-    # by head, the scan is always launched early: that is the point of it
-    pdl = (bool(CONFIG["SCAN_PDL"]) or by_head) and q.is_cuda
+    pdl = bool(CONFIG["SCAN_PDL"]) and q.is_cuda
     heads_first = CONFIG["PREP_ORDER"] == "heads"
     _kda_prep[(B * H, NT) if heads_first else (NT, B * H)](
-        q, k, v, g, beta, w, u0, qg, kd, m, gl, done, T, H, K, V, NT, scale,
+        q, k, v, g, beta, w, u0, qg, kd, m, gl, T, H, K, V, NT, scale,
         BT=BT, SUB=SUB, BK=BK, BVP=BVP, PREP_BK=min(BK, CONFIG["PREP_BK"]), PREP_BV=min(BVP, CONFIG["PREP_BV"]),
         PREP_COLUMNS=CONFIG["PREP_FORM"] == "columns", GLAST_CARRY=CONFIG["PREP_GLAST"] == "carry",
-        INV_PREC=CONFIG["PREP_INV"], HEADS_FIRST=heads_first, USE_PDL=pdl, COUNT_DONE=by_head,
-        num_warps=CONFIG["PREP_WARPS"],
+        INV_PREC=CONFIG["PREP_INV"], HEADS_FIRST=heads_first, USE_PDL=pdl, num_warps=CONFIG["PREP_WARPS"],
         **({"maxnreg": CONFIG["PREP_MAXNREG"]} if CONFIG["PREP_MAXNREG"] else {}),
     )
     many = "_MANY" if B * H >= CONFIG["MANY_HEADS"] else ""
     BV = min(BVP, CONFIG["SCAN_BV" + many])
     _kda_scan[(B * H, BVP // BV)](
-        w, u0, qg, kd, m, gl, o, done, T, H, V, NT,
-        BT=BT, BK=BK, BV=BV, BVP=BVP, USE_PDL=pdl, WAIT_HEAD=by_head, num_warps=CONFIG["SCAN_WARPS" + many],
+        w, u0, qg, kd, m, gl, o, T, H, V, NT,
+        BT=BT, BK=BK, BV=BV, BVP=BVP, USE_PDL=pdl, num_warps=CONFIG["SCAN_WARPS" + many],
         num_stages=CONFIG["SCAN_STAGES" + many],
         **({"launch_pdl": True} if pdl else {}),  # a launch option of the NVIDIA backend only
     )
