@@ -377,12 +377,13 @@ def study(out_dir: Path, device: str = "cuda") -> dict:
 
 
 # (stage-1 variant, SPLIT_WAVES, other keys) whose time the breakdown splits between the two kernels,
-# at B=1. Session 6 timed forms, head blocks and split counts (mla_decode_breakdown.json), session 7 a
-# stage-1 prefetch (slower, dropped: mla_decode_configs_session7.json); now a bf16 workspace
-_BF16 = {"WORKSPACE": "bf16"}
-BREAKDOWN = [((16, 32, 4, 3), 1, {}), ((16, 32, 4, 3), 1, _BF16), ((16, 32, 4, 3), 2, _BF16),
-             ((16, 64, 4, 2, "tokens"), 1, _BF16), ((16, 64, 4, 2, "tokens"), 2, _BF16), ((64, 64, 8, 2), 0.5, _BF16),
-             ((64, 64, 8, 2), 1, _BF16), ((64, 32, 8, 3), 1, _BF16), ((32, 64, 8, 2, "tokens"), 1, _BF16)]
+# at B=1: session 6's forms, head blocks and split counts (mla_decode_breakdown.json). Session 7 timed a
+# stage-1 L2 prefetch and bf16 workspaces the same way, both slower whole calls, their code gone
+# (mla_decode_configs_session7.json, mla_decode_configs_session7b.json)
+BREAKDOWN = [((16, 32, 4, 3), 0.5, {}), ((16, 32, 4, 3), 1, {}), ((16, 32, 4, 3), 2, {}), ((16, 64, 4, 2), 1, {}),
+             ((16, 64, 4, 2), 2, {}), ((16, 64, 4, 2, "tokens"), 0.5, {}), ((16, 64, 4, 2, "tokens"), 1, {}),
+             ((16, 64, 4, 2, "tokens"), 2, {}), ((32, 64, 8, 2, "tokens"), 1, {}), ((64, 64, 8, 2), 0.5, {}),
+             ((64, 64, 8, 2), 1, {})]
 
 
 # stage 1's grid and tile stream without its math: (head blocks, splits, BLOCK_N, warps, stages) at B=1,
@@ -467,8 +468,7 @@ def _split_times(mod, timer: "Timer", cfg: dict, shape: dict, inp: dict, row: di
     except Exception as exc:
         row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     row["splits"] = mod.plan(shape["B"], shape["H"], shape["S"])[4]
-    row["workspace_mb"] = round(shape["H"] * row["splits"] * (mod.D_LATENT * (2 if cfg.get("WORKSPACE") == "bf16" else 4)
-                                                           + 4) / 1e6, 2)
+    row["workspace_mb"] = round(shape["H"] * row["splits"] * (mod.D_LATENT + 1) * 4 / 1e6, 2)
     return row
 
 

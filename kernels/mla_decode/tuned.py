@@ -11,8 +11,7 @@ the slice in tiles of BLOCK_N rows. Each 576-wide row is the key (latent 512 | r
 It writes the split's normalised output (fp32) and its log-sum-exp to a workspace. Heads are the M
 dimension of both products, so they are padded to at least 16 (64 gives Hopper's wgmma).
 
-The workspace is one buffer: partial outputs [B, H, splits, 512] (fp32, or bf16 with WORKSPACE), then
-fp32 log-sum-exps [B, H, splits].
+The workspace is one fp32 buffer: partial outputs [B, H, splits, 512], then log-sum-exps [B, H, splits].
 Every tensor is contiguous, so the kernels derive their strides from B, H, S and the split count: a
 launch with few arguments and one allocation costs less host time, which at B=1 (a few microseconds
 of GPU work) is what an eager call mostly waits for.
@@ -45,8 +44,6 @@ import triton.language as tl
 #                as M, so that wgmma serves any head block; wants BLOCK_N a multiple of 64). "tokens"
 #                runs with at least 2 stages: with 1 (Triton 3.6, H200) it gave wrong results or an
 #                illegal memory access
-#   WORKSPACE    the partial outputs' dtype in the workspace: "fp32" or "bf16" (half the bytes stage 1
-#                writes and the merge reads; the log-sum-exps stay fp32)
 TUNABLES = {
     "BLOCK_H": (16, 32, 64),
     "BLOCK_N": (16, 32, 64, 128),
@@ -66,7 +63,6 @@ TUNABLES = {
     "PDL": (False, True),
     "FORM": ("heads", "tokens"),
     "SMALL_FORM": ("heads", "tokens"),
-    "WORKSPACE": ("fp32", "bf16"),
 }
 # Picked on an H200 by `python bench/mla_decode.py tune` (bench/results/mla_decode_tune.json): CUDA-graph
 # time after an L2 flush, 21.7 us at B=1, H=64, S=8192 and 272 us at B=32, H=128, S=8192.
@@ -75,8 +71,7 @@ TUNABLES = {
 CONFIG = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "SPLIT_WAVES": 1,
           "SMALL_BELOW": 16, "SMALL_BLOCK_H": 16, "SMALL_BLOCK_N": 32, "SMALL_num_warps": 4,
           "SMALL_num_stages": 3, "SMALL_SPLIT_WAVES": 1, "NUM_SPLITS": "auto", "MIN_SPLIT": 64,
-          "MERGE_BLOCK_D": 256, "MERGE_WARPS": 4, "PDL": True, "FORM": "heads", "SMALL_FORM": "heads",
-          "WORKSPACE": "fp32"}
+          "MERGE_BLOCK_D": 256, "MERGE_WARPS": 4, "PDL": True, "FORM": "heads", "SMALL_FORM": "heads"}
 
 D_LATENT = 512
 LOG2E = 1.4426950408889634
@@ -175,9 +170,8 @@ def _mla_split_kernel(
     else:
         lse = tl.where(has_rows, m_i + tl.math.log2(tl.where(has_rows, l_i, 1.0)), float("-inf"))
         row = (b * H + offs_h) * n_splits + split  # (batch, head, split) in the workspace
-        tl.store(ws_ptr + row[:, None] * D_LAT + offs_c[None, :], out.to(ws_ptr.dtype.element_ty), mask=h_ok[:, None])
-        lse_ptr = (ws_ptr + B * H * n_splits * D_LAT).to(tl.pointer_type(tl.float32))
-        tl.store(lse_ptr + row, lse, mask=h_ok)
+        tl.store(ws_ptr + row[:, None] * D_LAT + offs_c[None, :], out, mask=h_ok[:, None])
+        tl.store(ws_ptr + B * H * n_splits * D_LAT + row, lse, mask=h_ok)
 
 
 @triton.jit
@@ -190,7 +184,7 @@ def _mla_merge_kernel(
     bh = tl.program_id(0).to(tl.int64)  # batch * H + head
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     offs_s = tl.arange(0, SPLIT_BLOCK)
-    lse_row = (ws_ptr + B * H * n_splits * D_LAT).to(tl.pointer_type(tl.float32)) + bh * n_splits
+    lse_row = ws_ptr + B * H * n_splits * D_LAT + bh * n_splits
     o_row = ws_ptr + bh * n_splits * D_LAT
 
     # pass 1: the largest lse, so that every weight below is at most 1
@@ -207,8 +201,7 @@ def _mla_merge_kernel(
         s_ok = s0 + offs_s < n_splits
         lse = tl.load(lse_row + s0 + offs_s, mask=s_ok, other=float("-inf"))
         w = tl.math.exp2(lse - m_max)  # empty or padded splits: exp2(-inf) = 0
-        part = tl.load(o_row + (s0 + offs_s)[:, None] * D_LAT + offs_d[None, :], mask=s_ok[:, None],
-                       other=0.0).to(tl.float32)
+        part = tl.load(o_row + (s0 + offs_s)[:, None] * D_LAT + offs_d[None, :], mask=s_ok[:, None], other=0.0)
         acc += tl.sum(w[:, None] * part, axis=0)
         w_sum += w
     out = acc / tl.sum(w_sum, axis=0)
@@ -250,13 +243,8 @@ def mla_decode(q: torch.Tensor, kv: torch.Tensor, scale: float) -> torch.Tensor:
     pre, block_h, block_n, n_hb, splits, split_len = plan(B, H, S)
     single = splits == 1
     pdl = bool(CONFIG["PDL"]) and q.is_cuda and not single
-    # one workspace: partial outputs, then fp32 log-sum-exps (with one split stage 1 never touches it)
-    if single:
-        ws = o
-    elif CONFIG["WORKSPACE"] == "bf16" and q.dtype == torch.bfloat16:  # each lse takes two bf16 slots
-        ws = torch.empty(B * H * splits * (D_LATENT + 2), device=q.device, dtype=torch.bfloat16)
-    else:
-        ws = torch.empty(B * H * splits * (D_LATENT + 1), device=q.device, dtype=torch.float32)
+    # one workspace: partial outputs, then log-sum-exps (with one split stage 1 never touches it)
+    ws = o if single else torch.empty(B * H * splits * (D_LATENT + 1), device=q.device, dtype=torch.float32)
 
     tokens = CONFIG[pre + "FORM"] == "tokens"
     stages = max(2, CONFIG[pre + "num_stages"]) if tokens else CONFIG[pre + "num_stages"]  # see FORM above
