@@ -36,6 +36,7 @@
 #   ncu-fences     ncu through the sandbox with each OS fence off in turn (bench/ncu_probe.py --fences)
 #   ncu-source     metrics per SASS instruction of the KDA preparation and MLA stage 1 (bench/ncu_probe.py
 #                  --source; summarize with bench/ncu_sass_summary.py)
+#   peaks          bench/device_peaks.py: bf16 GEMM TFLOP/s, MLA's two products at B=32 by cuBLAS alone, copy TB/s
 #   ncu            Nsight Compute: profile_kernel's path through the sandbox, then the tuned kernels'
 #                  detailed reports (stall reasons, occupancy, memory) outside it (bench/ncu_probe.py)
 # Session 5 (30 device minutes, one GPU lent) ran: (1) kda-shapes + ncu, (2) tuner-kda-start (the
@@ -45,6 +46,8 @@
 # Session 6 (30 device minutes) ran: (1) mla-tune + kda-forms, (2) kda-forms + mla-breakdown +
 # ncu-source-mla, (3) kda-forms + kda-shapes, (4) kda-forms + kda-shapes + mla-sweep, (5) mla-streams
 # (failed to compile; fixed after). Next: mla-streams, then ncu with profile_kernel's compile-mode re-run.
+# Session 7 (30 device minutes) ran: (1) mla-streams + ncu, (2) mla-breakdown + kda-forms (prefetches),
+# (3) mla-breakdown + kda-forms + kda-shapes (the scan started per head; bf16 MLA workspaces), (4) peaks.
 out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc
@@ -124,6 +127,8 @@ for step in "$@"; do
     ncu-source)  # per-SASS-instruction metrics (warp stall samples) of the KDA preparation and MLA stage 1
       timeout 120 python3 bench/ncu_probe.py --out "$out" --source _kda_prep
       timeout 120 python3 bench/ncu_probe.py --out "$out" --source _mla_split_kernel --problem mla_decode ;;
+    peaks)  # the GPU's own bf16 GEMM rate, MLA's B=32 products done by cuBLAS alone, a device copy
+      timeout 120 python3 bench/device_peaks.py --out "$out/device_peaks_h200.json" ;;
     ncu)
       # KDA first: its preparation is the kernel whose bound we need to know (issue 7)
       timeout 300 python3 bench/ncu_probe.py --out "$out" --problem kda --problem mla_decode ;;
