@@ -63,7 +63,8 @@ SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_ST
 # ieee inverses, 2 scan stages); the launch order was within noise at B=1,T=8192.
 # Session 7: cache prefetches and a per-head scan start (both slower, code gone: kda_forms_tune_session7a.json,
 # kda_forms_tune_session7b.json), then 8-warp preparations on the current code (one program per SM
-# without spills, or two under a 128-register cap) and the value solve in two halves.
+# without spills, or two under a 128-register cap) and the value solve in two halves: all three slower
+# than the shipped preparation (kda_forms_tune_session7c.json).
 FORMS_PREP = [{}, {"PREP_WARPS": 8}, {"PREP_WARPS": 8, "PREP_MAXNREG": 128}, {"PREP_BV": 64}]
 FORMS_SCAN = [{}]
 PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_ORDER", "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
