@@ -6,8 +6,10 @@
    takes the H200's compute floor from this figure.
 2. MLA decode's two products at B=32, H=128, S=8192 with the latent cache as both K and V, each as one
    batched cuBLAS matmul and without the softmax between them: scores = q @ kv^T (576 deep) and
-   out = p @ c (512 wide). No decode kernel, however written, does these products faster than the
-   library does them alone; so their time bounds what share of HBM bandwidth that shape can reach.
+   out = p @ c (512 wide). A yardstick for the HBM share that shape can reach: a decode kernel does
+   these products and more, so taking much less time than the library needs for them alone would
+   ask its products to run far faster than cuBLAS's do at these shapes (not a proof: a fused kernel
+   may tile them better; the 8192^3 rate of 1. is the harder ceiling).
 3. A device-to-device copy of 2 GiB: bytes read plus bytes written per second.
 
 Each figure is the median of CUDA-event timings after a warm-up (no L2 flush: each operand is far

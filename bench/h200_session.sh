@@ -47,7 +47,8 @@
 # ncu-source-mla, (3) kda-forms + kda-shapes, (4) kda-forms + kda-shapes + mla-sweep, (5) mla-streams
 # (failed to compile; fixed after). Next: mla-streams, then ncu with profile_kernel's compile-mode re-run.
 # Session 7 (30 device minutes) ran: (1) mla-streams + ncu, (2) mla-breakdown + kda-forms (prefetches),
-# (3) mla-breakdown + kda-forms + kda-shapes (the scan started per head; bf16 MLA workspaces), (4) peaks.
+# (3) mla-breakdown + kda-forms + kda-shapes (the scan started per head; bf16 MLA workspaces), (4) peaks,
+# (5) kda-forms (8-warp preparations, PREP_BV=64). All measured slower than what is shipped.
 out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc
