@@ -65,9 +65,11 @@ SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_ST
 # kda_forms_tune_session7b.json), then 8-warp preparations on the current code (one program per SM
 # without spills, or two under a 128-register cap) and the value solve in two halves: all three slower
 # than the shipped preparation (kda_forms_tune_session7c.json).
-FORMS_PREP = [{}, {"PREP_WARPS": 8}, {"PREP_WARPS": 8, "PREP_MAXNREG": 128}, {"PREP_BV": 64}]
+# Session 8: the solve through L^-1 formed explicitly (PREP_SOLVE "inverse"), with its step sizes.
+FORMS_PREP = [{}, {"PREP_SOLVE": "inverse"}, {"PREP_SOLVE": "inverse", "PREP_BV": 64},
+              {"PREP_SOLVE": "inverse", "PREP_BK": 64, "PREP_BV": 64}, {"PREP_SOLVE": "inverse", "PREP_WARPS": 8}]
 FORMS_SCAN = [{}]
-PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_ORDER", "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
+PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_SOLVE", "PREP_ORDER", "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
 SCAN_KNOBS = tuple(SCAN_GRID)
 SCAN_MANY_KNOBS = tuple(SCAN_MANY_GRID)
 

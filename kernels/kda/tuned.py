@@ -63,6 +63,11 @@ TUNABLES = {
     # on the FMA units) or tensor-core tf32 ("tf32x3": three tf32 products, about fp32's accuracy);
     # the inverses are rounded to the dot dtype (bf16 on the GPU) right after
     "PREP_INV": ("ieee", "tf32x3", "tf32"),
+    # how the solve gives W and U0: "blocks" (forward substitution sub-chunk by sub-chunk, a chain of
+    # seven dependent 16-row products per right-hand side) or "inverse" (L^-1 diag(beta) formed
+    # explicitly from the diagonal-block inverses by 16 x 16 products, then one 64-row product per
+    # right-hand side)
+    "PREP_SOLVE": ("blocks", "inverse"),
     # the preparation's launch order: a head's chunks side by side ("chunks") or a chunk's heads
     # ("heads", whose concurrent programs read the same tokens' rows of q, k, v and g)
     "PREP_ORDER": ("chunks", "heads"),
@@ -82,7 +87,7 @@ TUNABLES = {
     "SCAN_PDL": (False, True),
 }
 CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4, "PREP_FORM": "pairs", "PREP_MAXNREG": 0,
-          "PREP_GLAST": "load", "PREP_INV": "tf32", "PREP_ORDER": "chunks",
+          "PREP_GLAST": "load", "PREP_INV": "tf32", "PREP_SOLVE": "blocks", "PREP_ORDER": "chunks",
           "MANY_HEADS": 128, "SCAN_BV": 32, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
           "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3, "SCAN_PDL": False}
 
@@ -107,11 +112,12 @@ def _put(ptr, base, row0, stride_r, cols, tile, ROWS: tl.constexpr):
 @triton.jit
 def _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, row0, T, stride_qt, offs_c, K, carry, glast, beta, scale,
                w_ptr, qg_ptr, kd_ptr, s_base, s_row0, DT: tl.constexpr, BK: tl.constexpr, SUB: tl.constexpr,
-               STORE_KD: tl.constexpr):
+               STORE_KD: tl.constexpr, B_BETA: tl.constexpr):
     """One 16-token sub-chunk, for the channels offs_c: its cumulative gates (carry = G just before
     it), re-centred at its middle row m. Stores what the scan needs from it (the gated queries
     scale*q*exp(G) and, with STORE_KD, decayed keys k*exp(G_last - G)) and, into the W buffer as scratch,
-    B = beta*k*exp(G), the right-hand side of the solve. Returns the re-centred operands of the
+    B = beta*k*exp(G), the right-hand side of the solve (k*exp(G) without B_BETA: PREP_SOLVE "inverse"
+    folds beta into L^-1). Returns the re-centred operands of the
     intra-chunk products
       kE = k exp(G - Gm),  qE = q exp(G - Gm),  X = k exp(Gm - G)     (in the dot dtype)
     with Gm (the gate at the middle row) and the carry for the next sub-chunk."""
@@ -130,7 +136,10 @@ def _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, row0, T, stride_qt, offs_c, K, carr
     _put(qg_ptr, s_base, s_row0, BK, offs_c, qE * (scale * eGm)[None, :], SUB)
     if STORE_KD:
         _put(kd_ptr, s_base, s_row0, BK, offs_c, X * tl.exp(glast - Gm)[None, :], SUB)
-    _put(w_ptr, s_base, s_row0, BK, offs_c, kE * (beta[:, None] * eGm[None, :]), SUB)
+    if B_BETA:
+        _put(w_ptr, s_base, s_row0, BK, offs_c, kE * (beta[:, None] * eGm[None, :]), SUB)
+    else:
+        _put(w_ptr, s_base, s_row0, BK, offs_c, kE * eGm[None, :], SUB)
     return kE.to(DT), qE.to(DT), X.to(DT), Gm, carry + tl.sum(g, axis=0)
 
 
@@ -166,6 +175,40 @@ def _inv_unit_lower(N, SUB: tl.constexpr, PREC: tl.constexpr):
 
 
 @triton.jit
+def _inverse_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
+                    SUB: tl.constexpr, PREC: tl.constexpr, DT: tl.constexpr):
+    """PREP_SOLVE "inverse": the ten lower 16 x 16 blocks of T = L^-1, L = I + diag(beta) A, in DT
+    (the diagonal ones from fp32 products of precision PREC). With t_II the diagonal blocks' inverses and L_IJ = diag(beta_I) A_IJ,
+    row block I of L T = I gives T_IJ = -t_II sum_{J<=P<I} L_IP T_PJ; the three first sub-diagonal
+    blocks are independent, so the dependent chain is six small products deep."""
+    cs = tl.arange(0, SUB)
+    strict = cs[:, None] > cs[None, :]
+    t00 = _inv_unit_lower(tl.where(strict, a00, 0.0) * b0[:, None], SUB, PREC)
+    t11 = _inv_unit_lower(tl.where(strict, a11, 0.0) * b1[:, None], SUB, PREC)
+    t22 = _inv_unit_lower(tl.where(strict, a22, 0.0) * b2[:, None], SUB, PREC)
+    t33 = _inv_unit_lower(tl.where(strict, a33, 0.0) * b3[:, None], SUB, PREC)
+    l10 = (a10 * b1[:, None]).to(DT)
+    l20 = (a20 * b2[:, None]).to(DT)
+    l21 = (a21 * b2[:, None]).to(DT)
+    l30 = (a30 * b3[:, None]).to(DT)
+    l31 = (a31 * b3[:, None]).to(DT)
+    l32 = (a32 * b3[:, None]).to(DT)
+    # the off-diagonal blocks in the dot dtype (bf16 on the GPU) with fp32 accumulation, as the
+    # block substitution does; each block rounded once before it feeds a later one
+    t00 = t00.to(DT)
+    t11 = t11.to(DT)
+    t22 = t22.to(DT)
+    t33 = t33.to(DT)
+    T10 = (-tl.dot(t11, tl.dot(l10, t00).to(DT))).to(DT)
+    T21 = (-tl.dot(t22, tl.dot(l21, t11).to(DT))).to(DT)
+    T32 = (-tl.dot(t33, tl.dot(l32, t22).to(DT))).to(DT)
+    T20 = (-tl.dot(t22, tl.dot(l21, T10, acc=tl.dot(l20, t00)).to(DT))).to(DT)
+    T31 = (-tl.dot(t33, tl.dot(l32, T21, acc=tl.dot(l31, t11)).to(DT))).to(DT)
+    T30 = (-tl.dot(t33, tl.dot(l32, T20, acc=tl.dot(l31, T10, acc=tl.dot(l30, t00))).to(DT))).to(DT)
+    return t00, T10, t11, T20, T21, t22, T30, T31, T32, t33
+
+
+@triton.jit
 def _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3):
     """Block forward substitution for L X = R, given the inverses t_II of L's diagonal blocks and
     its negated off-diagonal blocks n_IJ = -L_IJ:  X_I = t_II (R_I + sum_{J<I} n_IJ X_J).
@@ -182,7 +225,7 @@ def _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3):
 def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
                     m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3,
                     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, PREP_BK: tl.constexpr,
-                    GLAST_CARRY: tl.constexpr):
+                    GLAST_CARRY: tl.constexpr, B_BETA: tl.constexpr):
     """PREP_FORM "pairs": A and M pair of sub-chunks by pair of sub-chunks. Stores M (scaled, causal)
     and, per sub-chunk, what the scan needs (_sub_chunk); returns the ten 16 x 16 blocks of A.
     The decayed keys need the chunk's total gate: PREP_GLAST "load" sums it from a load of the whole
@@ -206,22 +249,22 @@ def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_
             tl.store(gl_ptr + gl_base + offs_c, tl.exp(glast))
         kE0, qE0, X0, Gm0, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, offs_c, K, carry,
                                               glast, b0, scale, w_ptr, qg_ptr, kd_ptr, s_base, 0, DT, BK, SUB,
-                                              not GLAST_CARRY)
+                                              not GLAST_CARRY, B_BETA)
         a00, m00 = _diag(kE0, qE0, X0, a00, m00)
         kE1, qE1, X1, Gm1, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + SUB, T, stride_qt, offs_c, K,
                                               carry, glast, b1, scale, w_ptr, qg_ptr, kd_ptr, s_base, SUB, DT, BK,
-                                              SUB, not GLAST_CARRY)
+                                              SUB, not GLAST_CARRY, B_BETA)
         a11, m11 = _diag(kE1, qE1, X1, a11, m11)
         a10, m10 = _pair(kE1, qE1, X0, Gm1, Gm0, a10, m10)
         kE2, qE2, X2, Gm2, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + 2 * SUB, T, stride_qt, offs_c, K,
                                               carry, glast, b2, scale, w_ptr, qg_ptr, kd_ptr, s_base, 2 * SUB, DT,
-                                              BK, SUB, not GLAST_CARRY)
+                                              BK, SUB, not GLAST_CARRY, B_BETA)
         a22, m22 = _diag(kE2, qE2, X2, a22, m22)
         a20, m20 = _pair(kE2, qE2, X0, Gm2, Gm0, a20, m20)
         a21, m21 = _pair(kE2, qE2, X1, Gm2, Gm1, a21, m21)
         kE3, qE3, X3, Gm3, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + 3 * SUB, T, stride_qt, offs_c, K,
                                               carry, glast, b3, scale, w_ptr, qg_ptr, kd_ptr, s_base, 3 * SUB, DT,
-                                              BK, SUB, not GLAST_CARRY)
+                                              BK, SUB, not GLAST_CARRY, B_BETA)
         a33, m33 = _diag(kE3, qE3, X3, a33, m33)
         a30, m30 = _pair(kE3, qE3, X0, Gm3, Gm0, a30, m30)
         a31, m31 = _pair(kE3, qE3, X1, Gm3, Gm1, a31, m31)
@@ -278,7 +321,8 @@ def _column(kE3, qE3, X3, Gm3, blk3, J, a, m, BT: tl.constexpr, PREP_BK: tl.cons
 @triton.jit
 def _products_columns(q_ptr, k_ptr, g_ptr, qk_base, t0, T, H, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr,
                       s_base, m_ptr, m_base, gl_ptr, gl_base, bb,
-                      BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, PREP_BK: tl.constexpr):
+                      BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, PREP_BK: tl.constexpr,
+                      B_BETA: tl.constexpr):
     """PREP_FORM "columns": the same A, M and per-token outputs as _products_pairs, with the chunk held
     as [sub-chunk, row, channel] tensors (one load each per channel block) and A, M formed by column
     blocks, four BT x SUB products each. Returns the ten 16 x 16 blocks of A."""
@@ -288,7 +332,10 @@ def _products_columns(q_ptr, k_ptr, g_ptr, qk_base, t0, T, H, stride_qt, K, scal
     blk3 = tl.arange(0, NS)[:, None, None]
     row3 = tl.arange(0, SUB)[None, :, None]
     rows3 = t0 + blk3 * SUB + row3
-    beta3 = tl.load(bb + rows3.to(tl.int64) * H, mask=rows3 < T, other=0.0).to(tl.float32)
+    if B_BETA:
+        beta3 = tl.load(bb + rows3.to(tl.int64) * H, mask=rows3 < T, other=0.0).to(tl.float32)
+    else:  # PREP_SOLVE "inverse" folds beta into L^-1
+        beta3 = tl.full([NS, SUB, 1], 1.0, tl.float32)
     z = tl.zeros([BT, SUB], dtype=tl.float32)
     a0, a1, a2, a3, m0, m1, m2, m3 = z, z, z, z, z, z, z, z
     for c0 in range(0, BK, PREP_BK):
@@ -333,13 +380,110 @@ def _products_columns(q_ptr, k_ptr, g_ptr, qk_base, t0, T, H, stride_qt, K, scal
 
 
 @triton.jit
+def _solve_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
+                  v_ptr, v_base, t0, T, stride_vt, V, w_ptr, s_base, u_ptr, u_base,
+                  BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
+                  PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, INV_PREC: tl.constexpr):
+    """PREP_SOLVE "blocks": W = L^-1 B (B parked in the W buffer) and U0 = L^-1 (beta V) by block
+    forward substitution, sub-chunk by sub-chunk."""
+    DT: tl.constexpr = w_ptr.dtype.element_ty
+    cs = tl.arange(0, SUB)
+    # --- L = I + diag(beta) A, by blocks: inverses of the four diagonal blocks (strictly lower
+    #     parts only), then block forward substitution for W = L^-1 B and U0 = L^-1 (beta V) ---
+    strict = cs[:, None] > cs[None, :]
+    t00 = _inv_unit_lower(tl.where(strict, a00, 0.0) * b0[:, None], SUB, INV_PREC).to(DT)
+    t11 = _inv_unit_lower(tl.where(strict, a11, 0.0) * b1[:, None], SUB, INV_PREC).to(DT)
+    t22 = _inv_unit_lower(tl.where(strict, a22, 0.0) * b2[:, None], SUB, INV_PREC).to(DT)
+    t33 = _inv_unit_lower(tl.where(strict, a33, 0.0) * b3[:, None], SUB, INV_PREC).to(DT)
+    n10 = (a10 * -b1[:, None]).to(DT)
+    n20 = (a20 * -b2[:, None]).to(DT)
+    n21 = (a21 * -b2[:, None]).to(DT)
+    n30 = (a30 * -b3[:, None]).to(DT)
+    n31 = (a31 * -b3[:, None]).to(DT)
+    n32 = (a32 * -b3[:, None]).to(DT)
+
+    # B = beta exp(G) K was parked in the W buffer: every thread must see the other threads' stores
+    # before loading it back, and all must have loaded a block before W overwrites it
+    tl.debug_barrier()
+    for c0 in range(0, BK, PREP_BK):
+        offs_c = c0 + tl.arange(0, PREP_BK)
+        r0 = _tile(w_ptr, s_base, 0, BT, BK, offs_c, BK, SUB)
+        r1 = _tile(w_ptr, s_base, SUB, BT, BK, offs_c, BK, SUB)
+        r2 = _tile(w_ptr, s_base, 2 * SUB, BT, BK, offs_c, BK, SUB)
+        r3 = _tile(w_ptr, s_base, 3 * SUB, BT, BK, offs_c, BK, SUB)
+        tl.debug_barrier()
+        x0, x1, x2, x3 = _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3)
+        _put(w_ptr, s_base, 0, BK, offs_c, x0, SUB)
+        _put(w_ptr, s_base, SUB, BK, offs_c, x1, SUB)
+        _put(w_ptr, s_base, 2 * SUB, BK, offs_c, x2, SUB)
+        _put(w_ptr, s_base, 3 * SUB, BK, offs_c, x3, SUB)
+
+    for v0 in range(0, BVP, PREP_BV):
+        offs_v = v0 + tl.arange(0, PREP_BV)
+        r0 = (_tile(v_ptr, v_base, t0, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b0[:, None]).to(DT)
+        r1 = (_tile(v_ptr, v_base, t0 + SUB, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b1[:, None]).to(DT)
+        r2 = (_tile(v_ptr, v_base, t0 + 2 * SUB, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b2[:, None]).to(DT)
+        r3 = (_tile(v_ptr, v_base, t0 + 3 * SUB, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b3[:, None]).to(DT)
+        x0, x1, x2, x3 = _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3)
+        _put(u_ptr, u_base, 0, BVP, offs_v, x0, SUB)
+        _put(u_ptr, u_base, SUB, BVP, offs_v, x1, SUB)
+        _put(u_ptr, u_base, 2 * SUB, BVP, offs_v, x2, SUB)
+        _put(u_ptr, u_base, 3 * SUB, BVP, offs_v, x3, SUB)
+
+
+@triton.jit
+def _solve_inverse(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
+                   v_ptr, v_base, t0, T, stride_vt, V, w_ptr, s_base, u_ptr, u_base, ti_ptr, ti_base,
+                   BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
+                   PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, INV_PREC: tl.constexpr):
+    """PREP_SOLVE "inverse": Tb = L^-1 diag(beta) goes through the chunk's BT x BT scratch tile (so
+    that it comes back as one tensor-core operand), then W = Tb (exp(G) K), the latter parked in the
+    W buffer, and U0 = Tb V, each one BT-row product."""
+    DT: tl.constexpr = w_ptr.dtype.element_ty
+    cs = tl.arange(0, SUB)
+    z = tl.zeros([SUB, SUB], dtype=tl.float32)
+    t00, t10, t11, t20, t21, t22, t30, t31, t32, t33 = _inverse_blocks(
+        a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3, SUB, INV_PREC, DT)
+    # column block J scaled by beta_J: L^-1 diag(beta)
+    _put(ti_ptr, ti_base, 0, BT, cs, t00.to(tl.float32) * b0[None, :], SUB)
+    _put(ti_ptr, ti_base, 0, BT, SUB + cs, z, SUB)
+    _put(ti_ptr, ti_base, 0, BT, 2 * SUB + cs, z, SUB)
+    _put(ti_ptr, ti_base, 0, BT, 3 * SUB + cs, z, SUB)
+    _put(ti_ptr, ti_base, SUB, BT, cs, t10.to(tl.float32) * b0[None, :], SUB)
+    _put(ti_ptr, ti_base, SUB, BT, SUB + cs, t11.to(tl.float32) * b1[None, :], SUB)
+    _put(ti_ptr, ti_base, SUB, BT, 2 * SUB + cs, z, SUB)
+    _put(ti_ptr, ti_base, SUB, BT, 3 * SUB + cs, z, SUB)
+    _put(ti_ptr, ti_base, 2 * SUB, BT, cs, t20.to(tl.float32) * b0[None, :], SUB)
+    _put(ti_ptr, ti_base, 2 * SUB, BT, SUB + cs, t21.to(tl.float32) * b1[None, :], SUB)
+    _put(ti_ptr, ti_base, 2 * SUB, BT, 2 * SUB + cs, t22.to(tl.float32) * b2[None, :], SUB)
+    _put(ti_ptr, ti_base, 2 * SUB, BT, 3 * SUB + cs, z, SUB)
+    _put(ti_ptr, ti_base, 3 * SUB, BT, cs, t30.to(tl.float32) * b0[None, :], SUB)
+    _put(ti_ptr, ti_base, 3 * SUB, BT, SUB + cs, t31.to(tl.float32) * b1[None, :], SUB)
+    _put(ti_ptr, ti_base, 3 * SUB, BT, 2 * SUB + cs, t32.to(tl.float32) * b2[None, :], SUB)
+    _put(ti_ptr, ti_base, 3 * SUB, BT, 3 * SUB + cs, t33.to(tl.float32) * b3[None, :], SUB)
+    # every thread must see the other threads' stores (this tile's and exp(G) K's) before loading them
+    tl.debug_barrier()
+    rows = tl.arange(0, BT)
+    tb = tl.load(ti_ptr + ti_base + rows[:, None] * BT + rows[None, :])
+    for c0 in range(0, BK, PREP_BK):
+        offs_c = c0 + tl.arange(0, PREP_BK)
+        kg = _tile(w_ptr, s_base, 0, BT, BK, offs_c, BK, BT)
+        tl.debug_barrier()  # all loaded before W overwrites them
+        _put(w_ptr, s_base, 0, BK, offs_c, tl.dot(tb, kg), BT)
+    for v0 in range(0, BVP, PREP_BV):
+        offs_v = v0 + tl.arange(0, PREP_BV)
+        vv = _tile(v_ptr, v_base, t0, T, stride_vt, offs_v, V, BT).to(DT)
+        _put(u_ptr, u_base, 0, BVP, offs_v, tl.dot(tb, vv), BT)
+
+
+@triton.jit
 def _kda_prep(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr,
-    w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr,
+    w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, ti_ptr,
     T, H, K, V, NT, scale,
     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
     PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, PREP_COLUMNS: tl.constexpr, GLAST_CARRY: tl.constexpr,
-    INV_PREC: tl.constexpr, HEADS_FIRST: tl.constexpr, USE_PDL: tl.constexpr,
+    INV_PREC: tl.constexpr, SOLVE_INVERSE: tl.constexpr, HEADS_FIRST: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     if USE_PDL:  # let the scan grid launch once every program here has started
         tl.extra.cuda.gdc_launch_dependents()
@@ -373,54 +517,20 @@ def _kda_prep(
     if PREP_COLUMNS:
         a00, a10, a11, a20, a21, a22, a30, a31, a32, a33 = _products_columns(
             q_ptr, k_ptr, g_ptr, qk_base, t0, T, H, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
-            m_ptr, m_base, gl_ptr, gl_base, bb, BT, SUB, BK, PREP_BK)
+            m_ptr, m_base, gl_ptr, gl_base, bb, BT, SUB, BK, PREP_BK, not SOLVE_INVERSE)
     else:
         a00, a10, a11, a20, a21, a22, a30, a31, a32, a33 = _products_pairs(
             q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
-            m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3, BT, SUB, BK, PREP_BK, GLAST_CARRY)
+            m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3, BT, SUB, BK, PREP_BK, GLAST_CARRY, not SOLVE_INVERSE)
 
-    # --- L = I + diag(beta) A, by blocks: inverses of the four diagonal blocks (strictly lower
-    #     parts only), then block forward substitution for W = L^-1 B and U0 = L^-1 (beta V) ---
-    strict = cs[:, None] > cs[None, :]
-    t00 = _inv_unit_lower(tl.where(strict, a00, 0.0) * b0[:, None], SUB, INV_PREC).to(DT)
-    t11 = _inv_unit_lower(tl.where(strict, a11, 0.0) * b1[:, None], SUB, INV_PREC).to(DT)
-    t22 = _inv_unit_lower(tl.where(strict, a22, 0.0) * b2[:, None], SUB, INV_PREC).to(DT)
-    t33 = _inv_unit_lower(tl.where(strict, a33, 0.0) * b3[:, None], SUB, INV_PREC).to(DT)
-    n10 = (a10 * -b1[:, None]).to(DT)
-    n20 = (a20 * -b2[:, None]).to(DT)
-    n21 = (a21 * -b2[:, None]).to(DT)
-    n30 = (a30 * -b3[:, None]).to(DT)
-    n31 = (a31 * -b3[:, None]).to(DT)
-    n32 = (a32 * -b3[:, None]).to(DT)
-
-    # B = beta exp(G) K was parked in the W buffer: every thread must see the other threads' stores
-    # before loading it back, and all must have loaded a block before W overwrites it
-    tl.debug_barrier()
-    for c0 in range(0, BK, PREP_BK):
-        offs_c = c0 + tl.arange(0, PREP_BK)
-        r0 = _tile(w_ptr, s_base, 0, BT, BK, offs_c, BK, SUB)
-        r1 = _tile(w_ptr, s_base, SUB, BT, BK, offs_c, BK, SUB)
-        r2 = _tile(w_ptr, s_base, 2 * SUB, BT, BK, offs_c, BK, SUB)
-        r3 = _tile(w_ptr, s_base, 3 * SUB, BT, BK, offs_c, BK, SUB)
-        tl.debug_barrier()
-        x0, x1, x2, x3 = _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3)
-        _put(w_ptr, s_base, 0, BK, offs_c, x0, SUB)
-        _put(w_ptr, s_base, SUB, BK, offs_c, x1, SUB)
-        _put(w_ptr, s_base, 2 * SUB, BK, offs_c, x2, SUB)
-        _put(w_ptr, s_base, 3 * SUB, BK, offs_c, x3, SUB)
-
-    u_base = bh.to(tl.int64) * TP * BVP + t0 * BVP
-    for v0 in range(0, BVP, PREP_BV):
-        offs_v = v0 + tl.arange(0, PREP_BV)
-        r0 = (_tile(v_ptr, v_base, t0, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b0[:, None]).to(DT)
-        r1 = (_tile(v_ptr, v_base, t0 + SUB, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b1[:, None]).to(DT)
-        r2 = (_tile(v_ptr, v_base, t0 + 2 * SUB, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b2[:, None]).to(DT)
-        r3 = (_tile(v_ptr, v_base, t0 + 3 * SUB, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b3[:, None]).to(DT)
-        x0, x1, x2, x3 = _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3)
-        _put(u_ptr, u_base, 0, BVP, offs_v, x0, SUB)
-        _put(u_ptr, u_base, SUB, BVP, offs_v, x1, SUB)
-        _put(u_ptr, u_base, 2 * SUB, BVP, offs_v, x2, SUB)
-        _put(u_ptr, u_base, 3 * SUB, BVP, offs_v, x3, SUB)
+    if SOLVE_INVERSE:
+        _solve_inverse(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
+                       v_ptr, v_base, t0, T, stride_vt, V, w_ptr, s_base, u_ptr, bh.to(tl.int64) * TP * BVP + t0 * BVP,
+                       ti_ptr, m_base, BT, SUB, BK, BVP, PREP_BK, PREP_BV, INV_PREC)
+    else:
+        _solve_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
+                      v_ptr, v_base, t0, T, stride_vt, V, w_ptr, s_base, u_ptr, bh.to(tl.int64) * TP * BVP + t0 * BVP,
+                      BT, SUB, BK, BVP, PREP_BK, PREP_BV, INV_PREC)
 
 
 @triton.jit
@@ -487,13 +597,16 @@ def kda(q, k, v, g, beta, scale):
     m = torch.empty((B * H, TP, BT), device=dev, dtype=dt)
     gl = torch.empty((B * H, NT, BK), device=dev, dtype=torch.float32)
     o = torch.empty((B, T, H, V), device=dev, dtype=v.dtype)
+    inverse = CONFIG["PREP_SOLVE"] == "inverse"
+    # PREP_SOLVE "inverse": each chunk's L^-1 diag(beta) passes through this scratch (not read by the scan)
+    ti = torch.empty((B * H, TP, BT), device=dev, dtype=dt) if inverse else m
     pdl = bool(CONFIG["SCAN_PDL"]) and q.is_cuda
     heads_first = CONFIG["PREP_ORDER"] == "heads"
     _kda_prep[(B * H, NT) if heads_first else (NT, B * H)](
-        q, k, v, g, beta, w, u0, qg, kd, m, gl, T, H, K, V, NT, scale,
+        q, k, v, g, beta, w, u0, qg, kd, m, gl, ti, T, H, K, V, NT, scale,
         BT=BT, SUB=SUB, BK=BK, BVP=BVP, PREP_BK=min(BK, CONFIG["PREP_BK"]), PREP_BV=min(BVP, CONFIG["PREP_BV"]),
         PREP_COLUMNS=CONFIG["PREP_FORM"] == "columns", GLAST_CARRY=CONFIG["PREP_GLAST"] == "carry",
-        INV_PREC=CONFIG["PREP_INV"], HEADS_FIRST=heads_first, USE_PDL=pdl, num_warps=CONFIG["PREP_WARPS"],
+        INV_PREC=CONFIG["PREP_INV"], SOLVE_INVERSE=inverse, HEADS_FIRST=heads_first, USE_PDL=pdl, num_warps=CONFIG["PREP_WARPS"],
         **({"maxnreg": CONFIG["PREP_MAXNREG"]} if CONFIG["PREP_MAXNREG"] else {}),
     )
     many = "_MANY" if B * H >= CONFIG["MANY_HEADS"] else ""
