@@ -65,11 +65,13 @@ SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_ST
 # kda_forms_tune_session7b.json), then 8-warp preparations on the current code (one program per SM
 # without spills, or two under a 128-register cap) and the value solve in two halves: all three slower
 # than the shipped preparation (kda_forms_tune_session7c.json).
-# Session 8: the solve through L^-1 formed explicitly (PREP_SOLVE "inverse"), with its step sizes.
-FORMS_PREP = [{}, {"PREP_SOLVE": "inverse"}, {"PREP_SOLVE": "inverse", "PREP_BV": 64},
-              {"PREP_SOLVE": "inverse", "PREP_BK": 64, "PREP_BV": 64}, {"PREP_SOLVE": "inverse", "PREP_WARPS": 8}]
+# Session 8: the solve through L^-1 formed explicitly (PREP_SOLVE "inverse") measured slower (544.9
+# against 494.5 us, bench/results/kda_forms_tune_session8a.json); the layout conversions cut by PREP_STACK.
+FORMS_PREP = [{}, {"PREP_STACK": True}, {"PREP_STACK": True, "PREP_SOLVE": "inverse"},
+              {"PREP_STACK": True, "PREP_MAXNREG": 168}]
 FORMS_SCAN = [{}]
-PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_SOLVE", "PREP_ORDER", "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
+PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_SOLVE", "PREP_STACK", "PREP_ORDER", "PREP_WARPS", "PREP_BK",
+              "PREP_BV", "PREP_MAXNREG")
 SCAN_KNOBS = tuple(SCAN_GRID)
 SCAN_MANY_KNOBS = tuple(SCAN_MANY_GRID)
 

@@ -59,8 +59,9 @@ def test_kda_preparation_and_scan(tmp_path):
     inv = ("ieee", "tf32x3", "tf32").index(KDA["PREP_INV"])
     [prep] = compile_rows(tmp_path, "--kda-prep", f"{KDA['PREP_BK']},{KDA['PREP_BV']},{KDA['PREP_WARPS']},"
                           f"{KDA['PREP_MAXNREG']},{int(KDA['PREP_FORM'] == 'columns')},"
-                          f"{int(KDA['PREP_GLAST'] == 'carry')},{inv}")
+                          f"{int(KDA['PREP_GLAST'] == 'carry')},{inv},{int(KDA['PREP_SOLVE'] == 'inverse')},"
+                          f"{int(KDA['PREP_STACK'])}")
     fits(prep)
-    assert prep["PREP_INV"] == KDA["PREP_INV"] and prep["hmma"] > 0, prep
+    assert prep["PREP_INV"] == KDA["PREP_INV"] and prep["PREP_STACK"] == KDA["PREP_STACK"] and prep["hmma"] > 0, prep
     [scan] = compile_rows(tmp_path, "--kda-scan", f"{KDA['SCAN_BV']},{KDA['SCAN_WARPS']},{KDA['SCAN_STAGES']}")
     fits(scan)

@@ -68,6 +68,10 @@ TUNABLES = {
     # explicitly from the diagonal-block inverses by 16 x 16 products, then one 64-row product per
     # right-hand side)
     "PREP_SOLVE": ("blocks", "inverse"),
+    # fewer layout conversions (each a round trip through shared memory between CTA barriers): the
+    # four diagonal-block inverses as one batched [4, 16, 16] product chain, and M, W and U0 stored as
+    # whole 64-row tiles assembled in registers, instead of sixteen, four and four 16-row ones
+    "PREP_STACK": (False, True),
     # the preparation's launch order: a head's chunks side by side ("chunks") or a chunk's heads
     # ("heads", whose concurrent programs read the same tokens' rows of q, k, v and g)
     "PREP_ORDER": ("chunks", "heads"),
@@ -87,7 +91,8 @@ TUNABLES = {
     "SCAN_PDL": (False, True),
 }
 CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4, "PREP_FORM": "pairs", "PREP_MAXNREG": 0,
-          "PREP_GLAST": "load", "PREP_INV": "tf32", "PREP_SOLVE": "blocks", "PREP_ORDER": "chunks",
+          "PREP_GLAST": "load", "PREP_INV": "tf32", "PREP_SOLVE": "blocks", "PREP_STACK": False,
+          "PREP_ORDER": "chunks",
           "MANY_HEADS": 128, "SCAN_BV": 32, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
           "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3, "SCAN_PDL": False}
 
@@ -107,6 +112,48 @@ def _put(ptr, base, row0, stride_r, cols, tile, ROWS: tl.constexpr):
     """Store a tile at rows row0 .. row0+ROWS of a padded scratch buffer (no masks needed)."""
     rows = row0 + tl.arange(0, ROWS)
     tl.store(ptr + base + rows[:, None].to(tl.int64) * stride_r + cols[None, :], tile.to(ptr.dtype.element_ty))
+
+
+@triton.jit
+def _join4(x0, x1, x2, x3):
+    """Four tiles of one shape as one tensor with two trailing size-2 dims: [..., i, j] is tile 2 j + i."""
+    return tl.join(tl.join(x0, x1), tl.join(x2, x3))
+
+
+@triton.jit
+def _rows4(x0, x1, x2, x3, R: tl.constexpr, C: tl.constexpr):
+    """Four [R, C] tiles stacked by rows as one [4 R, C] tile (PREP_STACK)."""
+    return tl.reshape(tl.permute(_join4(x0, x1, x2, x3), (3, 2, 0, 1)), (4 * R, C))
+
+
+@triton.jit
+def _put4(ptr, base, stride_r, cols, x0, x1, x2, x3, SUB: tl.constexpr, C: tl.constexpr, STACK: tl.constexpr):
+    """Store four SUB-row tiles at rows 0, SUB, 2 SUB, 3 SUB: with STACK as one 4 SUB-row tile."""
+    if STACK:
+        _put(ptr, base, 0, stride_r, cols, _rows4(x0, x1, x2, x3, SUB, C), 4 * SUB)
+    else:
+        _put(ptr, base, 0, stride_r, cols, x0, SUB)
+        _put(ptr, base, SUB, stride_r, cols, x1, SUB)
+        _put(ptr, base, 2 * SUB, stride_r, cols, x2, SUB)
+        _put(ptr, base, 3 * SUB, stride_r, cols, x3, SUB)
+
+
+@triton.jit
+def _inv_unit_lower4(n0, n1, n2, n3, SUB: tl.constexpr, PREC: tl.constexpr, STACK: tl.constexpr):
+    """_inv_unit_lower of four 16 x 16 blocks; with STACK as one batched [4, 16, 16] product chain
+    (one warp per block) instead of four chains."""
+    if STACK:
+        n = tl.reshape(tl.permute(_join4(n0, n1, n2, n3), (3, 2, 0, 1)), (4, SUB, SUB))
+        t = tl.permute(tl.reshape(_inv_unit_lower(n, SUB, PREC), (2, 2, SUB, SUB)), (2, 3, 1, 0))
+        lo, hi = tl.split(t)
+        t0, t1 = tl.split(lo)
+        t2, t3 = tl.split(hi)
+    else:
+        t0 = _inv_unit_lower(n0, SUB, PREC)
+        t1 = _inv_unit_lower(n1, SUB, PREC)
+        t2 = _inv_unit_lower(n2, SUB, PREC)
+        t3 = _inv_unit_lower(n3, SUB, PREC)
+    return t0, t1, t2, t3
 
 
 @triton.jit
@@ -163,7 +210,8 @@ def _pair(kE_i, qE_i, X_j, Gm_i, Gm_j, a, m):
 def _inv_unit_lower(N, SUB: tl.constexpr, PREC: tl.constexpr):
     """(I + N)^-1 for a strictly lower 16 x 16 N, in fp32 products of precision PREC (PREP_INV). N is
     nilpotent (N^16 = 0), so the Neumann series sum_p (-N)^p is exact and factors as
-    (I - N)(I + N^2)(I + N^4)(I + N^8): six small products instead of a 15-step row-by-row substitution."""
+    (I - N)(I + N^2)(I + N^4)(I + N^8): six small products instead of a 15-step row-by-row substitution.
+    N may be a batch [n, 16, 16]."""
     r = tl.arange(0, SUB)
     eye = (r[:, None] == r[None, :]).to(tl.float32)
     n2 = tl.dot(N, N, input_precision=PREC)
@@ -176,17 +224,17 @@ def _inv_unit_lower(N, SUB: tl.constexpr, PREC: tl.constexpr):
 
 @triton.jit
 def _inverse_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
-                    SUB: tl.constexpr, PREC: tl.constexpr, DT: tl.constexpr):
+                    SUB: tl.constexpr, PREC: tl.constexpr, DT: tl.constexpr, STACK: tl.constexpr):
     """PREP_SOLVE "inverse": the ten lower 16 x 16 blocks of T = L^-1, L = I + diag(beta) A, in DT
-    (the diagonal ones from fp32 products of precision PREC). With t_II the diagonal blocks' inverses and L_IJ = diag(beta_I) A_IJ,
-    row block I of L T = I gives T_IJ = -t_II sum_{J<=P<I} L_IP T_PJ; the three first sub-diagonal
+    (the diagonal ones from fp32 products of precision PREC). With t_II the diagonal blocks' inverses
+    and L_IJ = diag(beta_I) A_IJ, row block I of L T = I gives T_IJ = -t_II sum_{J<=P<I} L_IP T_PJ; the three first sub-diagonal
     blocks are independent, so the dependent chain is six small products deep."""
     cs = tl.arange(0, SUB)
     strict = cs[:, None] > cs[None, :]
-    t00 = _inv_unit_lower(tl.where(strict, a00, 0.0) * b0[:, None], SUB, PREC)
-    t11 = _inv_unit_lower(tl.where(strict, a11, 0.0) * b1[:, None], SUB, PREC)
-    t22 = _inv_unit_lower(tl.where(strict, a22, 0.0) * b2[:, None], SUB, PREC)
-    t33 = _inv_unit_lower(tl.where(strict, a33, 0.0) * b3[:, None], SUB, PREC)
+    t00, t11, t22, t33 = _inv_unit_lower4(tl.where(strict, a00, 0.0) * b0[:, None],
+                                          tl.where(strict, a11, 0.0) * b1[:, None],
+                                          tl.where(strict, a22, 0.0) * b2[:, None],
+                                          tl.where(strict, a33, 0.0) * b3[:, None], SUB, PREC, STACK)
     l10 = (a10 * b1[:, None]).to(DT)
     l20 = (a20 * b2[:, None]).to(DT)
     l21 = (a21 * b2[:, None]).to(DT)
@@ -225,7 +273,7 @@ def _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3):
 def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
                     m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3,
                     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, PREP_BK: tl.constexpr,
-                    GLAST_CARRY: tl.constexpr, B_BETA: tl.constexpr):
+                    GLAST_CARRY: tl.constexpr, B_BETA: tl.constexpr, STACK: tl.constexpr):
     """PREP_FORM "pairs": A and M pair of sub-chunks by pair of sub-chunks. Stores M (scaled, causal)
     and, per sub-chunk, what the scan needs (_sub_chunk); returns the ten 16 x 16 blocks of A.
     The decayed keys need the chunk's total gate: PREP_GLAST "load" sums it from a load of the whole
@@ -280,22 +328,34 @@ def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_
     #     (Leaving the zero blocks unwritten and loading only the causal part in the scan was
     #     measured on the H200 in session 6: the masked load slowed the scan from 175 to 291 us.) ---
     lower = cs[:, None] >= cs[None, :]
-    _put(m_ptr, m_base, 0, BT, cs, tl.where(lower, m00, 0.0) * scale, SUB)
-    _put(m_ptr, m_base, 0, BT, SUB + cs, z, SUB)
-    _put(m_ptr, m_base, 0, BT, 2 * SUB + cs, z, SUB)
-    _put(m_ptr, m_base, 0, BT, 3 * SUB + cs, z, SUB)
-    _put(m_ptr, m_base, SUB, BT, cs, m10 * scale, SUB)
-    _put(m_ptr, m_base, SUB, BT, SUB + cs, tl.where(lower, m11, 0.0) * scale, SUB)
-    _put(m_ptr, m_base, SUB, BT, 2 * SUB + cs, z, SUB)
-    _put(m_ptr, m_base, SUB, BT, 3 * SUB + cs, z, SUB)
-    _put(m_ptr, m_base, 2 * SUB, BT, cs, m20 * scale, SUB)
-    _put(m_ptr, m_base, 2 * SUB, BT, SUB + cs, m21 * scale, SUB)
-    _put(m_ptr, m_base, 2 * SUB, BT, 2 * SUB + cs, tl.where(lower, m22, 0.0) * scale, SUB)
-    _put(m_ptr, m_base, 2 * SUB, BT, 3 * SUB + cs, z, SUB)
-    _put(m_ptr, m_base, 3 * SUB, BT, cs, m30 * scale, SUB)
-    _put(m_ptr, m_base, 3 * SUB, BT, SUB + cs, m31 * scale, SUB)
-    _put(m_ptr, m_base, 3 * SUB, BT, 2 * SUB + cs, m32 * scale, SUB)
-    _put(m_ptr, m_base, 3 * SUB, BT, 3 * SUB + cs, tl.where(lower, m33, 0.0) * scale, SUB)
+    if STACK:  # one 64 x 64 tile: column block J of the rows stacked, transposed back
+        DTM: tl.constexpr = m_ptr.dtype.element_ty
+        zm = tl.zeros([SUB, SUB], dtype=DTM)
+        c0 = _rows4((tl.where(lower, m00, 0.0) * scale).to(DTM), (m10 * scale).to(DTM), (m20 * scale).to(DTM),
+                    (m30 * scale).to(DTM), SUB, SUB)
+        c1 = _rows4(zm, (tl.where(lower, m11, 0.0) * scale).to(DTM), (m21 * scale).to(DTM), (m31 * scale).to(DTM),
+                    SUB, SUB)
+        c2 = _rows4(zm, zm, (tl.where(lower, m22, 0.0) * scale).to(DTM), (m32 * scale).to(DTM), SUB, SUB)
+        c3 = _rows4(zm, zm, zm, (tl.where(lower, m33, 0.0) * scale).to(DTM), SUB, SUB)
+        mt = _rows4(tl.trans(c0), tl.trans(c1), tl.trans(c2), tl.trans(c3), SUB, BT)
+        _put(m_ptr, m_base, 0, BT, tl.arange(0, BT), tl.trans(mt), BT)
+    else:
+        _put(m_ptr, m_base, 0, BT, cs, tl.where(lower, m00, 0.0) * scale, SUB)
+        _put(m_ptr, m_base, 0, BT, SUB + cs, z, SUB)
+        _put(m_ptr, m_base, 0, BT, 2 * SUB + cs, z, SUB)
+        _put(m_ptr, m_base, 0, BT, 3 * SUB + cs, z, SUB)
+        _put(m_ptr, m_base, SUB, BT, cs, m10 * scale, SUB)
+        _put(m_ptr, m_base, SUB, BT, SUB + cs, tl.where(lower, m11, 0.0) * scale, SUB)
+        _put(m_ptr, m_base, SUB, BT, 2 * SUB + cs, z, SUB)
+        _put(m_ptr, m_base, SUB, BT, 3 * SUB + cs, z, SUB)
+        _put(m_ptr, m_base, 2 * SUB, BT, cs, m20 * scale, SUB)
+        _put(m_ptr, m_base, 2 * SUB, BT, SUB + cs, m21 * scale, SUB)
+        _put(m_ptr, m_base, 2 * SUB, BT, 2 * SUB + cs, tl.where(lower, m22, 0.0) * scale, SUB)
+        _put(m_ptr, m_base, 2 * SUB, BT, 3 * SUB + cs, z, SUB)
+        _put(m_ptr, m_base, 3 * SUB, BT, cs, m30 * scale, SUB)
+        _put(m_ptr, m_base, 3 * SUB, BT, SUB + cs, m31 * scale, SUB)
+        _put(m_ptr, m_base, 3 * SUB, BT, 2 * SUB + cs, m32 * scale, SUB)
+        _put(m_ptr, m_base, 3 * SUB, BT, 3 * SUB + cs, tl.where(lower, m33, 0.0) * scale, SUB)
     return a00, a10, a11, a20, a21, a22, a30, a31, a32, a33
 
 
@@ -383,7 +443,7 @@ def _products_columns(q_ptr, k_ptr, g_ptr, qk_base, t0, T, H, stride_qt, K, scal
 def _solve_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
                   v_ptr, v_base, t0, T, stride_vt, V, w_ptr, s_base, u_ptr, u_base,
                   BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
-                  PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, INV_PREC: tl.constexpr):
+                  PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, INV_PREC: tl.constexpr, STACK: tl.constexpr):
     """PREP_SOLVE "blocks": W = L^-1 B (B parked in the W buffer) and U0 = L^-1 (beta V) by block
     forward substitution, sub-chunk by sub-chunk."""
     DT: tl.constexpr = w_ptr.dtype.element_ty
@@ -391,10 +451,14 @@ def _solve_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, 
     # --- L = I + diag(beta) A, by blocks: inverses of the four diagonal blocks (strictly lower
     #     parts only), then block forward substitution for W = L^-1 B and U0 = L^-1 (beta V) ---
     strict = cs[:, None] > cs[None, :]
-    t00 = _inv_unit_lower(tl.where(strict, a00, 0.0) * b0[:, None], SUB, INV_PREC).to(DT)
-    t11 = _inv_unit_lower(tl.where(strict, a11, 0.0) * b1[:, None], SUB, INV_PREC).to(DT)
-    t22 = _inv_unit_lower(tl.where(strict, a22, 0.0) * b2[:, None], SUB, INV_PREC).to(DT)
-    t33 = _inv_unit_lower(tl.where(strict, a33, 0.0) * b3[:, None], SUB, INV_PREC).to(DT)
+    t00, t11, t22, t33 = _inv_unit_lower4(tl.where(strict, a00, 0.0) * b0[:, None],
+                                          tl.where(strict, a11, 0.0) * b1[:, None],
+                                          tl.where(strict, a22, 0.0) * b2[:, None],
+                                          tl.where(strict, a33, 0.0) * b3[:, None], SUB, INV_PREC, STACK)
+    t00 = t00.to(DT)
+    t11 = t11.to(DT)
+    t22 = t22.to(DT)
+    t33 = t33.to(DT)
     n10 = (a10 * -b1[:, None]).to(DT)
     n20 = (a20 * -b2[:, None]).to(DT)
     n21 = (a21 * -b2[:, None]).to(DT)
@@ -413,10 +477,7 @@ def _solve_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, 
         r3 = _tile(w_ptr, s_base, 3 * SUB, BT, BK, offs_c, BK, SUB)
         tl.debug_barrier()
         x0, x1, x2, x3 = _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3)
-        _put(w_ptr, s_base, 0, BK, offs_c, x0, SUB)
-        _put(w_ptr, s_base, SUB, BK, offs_c, x1, SUB)
-        _put(w_ptr, s_base, 2 * SUB, BK, offs_c, x2, SUB)
-        _put(w_ptr, s_base, 3 * SUB, BK, offs_c, x3, SUB)
+        _put4(w_ptr, s_base, BK, offs_c, x0, x1, x2, x3, SUB, PREP_BK, STACK)
 
     for v0 in range(0, BVP, PREP_BV):
         offs_v = v0 + tl.arange(0, PREP_BV)
@@ -425,17 +486,14 @@ def _solve_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, 
         r2 = (_tile(v_ptr, v_base, t0 + 2 * SUB, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b2[:, None]).to(DT)
         r3 = (_tile(v_ptr, v_base, t0 + 3 * SUB, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b3[:, None]).to(DT)
         x0, x1, x2, x3 = _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3)
-        _put(u_ptr, u_base, 0, BVP, offs_v, x0, SUB)
-        _put(u_ptr, u_base, SUB, BVP, offs_v, x1, SUB)
-        _put(u_ptr, u_base, 2 * SUB, BVP, offs_v, x2, SUB)
-        _put(u_ptr, u_base, 3 * SUB, BVP, offs_v, x3, SUB)
+        _put4(u_ptr, u_base, BVP, offs_v, x0, x1, x2, x3, SUB, PREP_BV, STACK)
 
 
 @triton.jit
 def _solve_inverse(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
                    v_ptr, v_base, t0, T, stride_vt, V, w_ptr, s_base, u_ptr, u_base, ti_ptr, ti_base,
                    BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
-                   PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, INV_PREC: tl.constexpr):
+                   PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, INV_PREC: tl.constexpr, STACK: tl.constexpr):
     """PREP_SOLVE "inverse": Tb = L^-1 diag(beta) goes through the chunk's BT x BT scratch tile (so
     that it comes back as one tensor-core operand), then W = Tb (exp(G) K), the latter parked in the
     W buffer, and U0 = Tb V, each one BT-row product."""
@@ -443,7 +501,7 @@ def _solve_inverse(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2,
     cs = tl.arange(0, SUB)
     z = tl.zeros([SUB, SUB], dtype=tl.float32)
     t00, t10, t11, t20, t21, t22, t30, t31, t32, t33 = _inverse_blocks(
-        a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3, SUB, INV_PREC, DT)
+        a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3, SUB, INV_PREC, DT, STACK)
     # column block J scaled by beta_J: L^-1 diag(beta)
     _put(ti_ptr, ti_base, 0, BT, cs, t00.to(tl.float32) * b0[None, :], SUB)
     _put(ti_ptr, ti_base, 0, BT, SUB + cs, z, SUB)
@@ -483,7 +541,8 @@ def _kda_prep(
     T, H, K, V, NT, scale,
     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
     PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, PREP_COLUMNS: tl.constexpr, GLAST_CARRY: tl.constexpr,
-    INV_PREC: tl.constexpr, SOLVE_INVERSE: tl.constexpr, HEADS_FIRST: tl.constexpr, USE_PDL: tl.constexpr,
+    INV_PREC: tl.constexpr, SOLVE_INVERSE: tl.constexpr, STACK: tl.constexpr, HEADS_FIRST: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     if USE_PDL:  # let the scan grid launch once every program here has started
         tl.extra.cuda.gdc_launch_dependents()
@@ -521,16 +580,17 @@ def _kda_prep(
     else:
         a00, a10, a11, a20, a21, a22, a30, a31, a32, a33 = _products_pairs(
             q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
-            m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3, BT, SUB, BK, PREP_BK, GLAST_CARRY, not SOLVE_INVERSE)
+            m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3, BT, SUB, BK, PREP_BK, GLAST_CARRY, not SOLVE_INVERSE,
+            STACK)
 
     if SOLVE_INVERSE:
         _solve_inverse(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
                        v_ptr, v_base, t0, T, stride_vt, V, w_ptr, s_base, u_ptr, bh.to(tl.int64) * TP * BVP + t0 * BVP,
-                       ti_ptr, m_base, BT, SUB, BK, BVP, PREP_BK, PREP_BV, INV_PREC)
+                       ti_ptr, m_base, BT, SUB, BK, BVP, PREP_BK, PREP_BV, INV_PREC, STACK)
     else:
         _solve_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
                       v_ptr, v_base, t0, T, stride_vt, V, w_ptr, s_base, u_ptr, bh.to(tl.int64) * TP * BVP + t0 * BVP,
-                      BT, SUB, BK, BVP, PREP_BK, PREP_BV, INV_PREC)
+                      BT, SUB, BK, BVP, PREP_BK, PREP_BV, INV_PREC, STACK)
 
 
 @triton.jit
@@ -606,7 +666,8 @@ def kda(q, k, v, g, beta, scale):
         q, k, v, g, beta, w, u0, qg, kd, m, gl, ti, T, H, K, V, NT, scale,
         BT=BT, SUB=SUB, BK=BK, BVP=BVP, PREP_BK=min(BK, CONFIG["PREP_BK"]), PREP_BV=min(BVP, CONFIG["PREP_BV"]),
         PREP_COLUMNS=CONFIG["PREP_FORM"] == "columns", GLAST_CARRY=CONFIG["PREP_GLAST"] == "carry",
-        INV_PREC=CONFIG["PREP_INV"], SOLVE_INVERSE=inverse, HEADS_FIRST=heads_first, USE_PDL=pdl, num_warps=CONFIG["PREP_WARPS"],
+        INV_PREC=CONFIG["PREP_INV"], SOLVE_INVERSE=inverse, STACK=bool(CONFIG["PREP_STACK"]),
+        HEADS_FIRST=heads_first, USE_PDL=pdl, num_warps=CONFIG["PREP_WARPS"],
         **({"maxnreg": CONFIG["PREP_MAXNREG"]} if CONFIG["PREP_MAXNREG"] else {}),
     )
     many = "_MANY" if B * H >= CONFIG["MANY_HEADS"] else ""
