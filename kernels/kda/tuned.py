@@ -227,8 +227,8 @@ def _inverse_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2
                     SUB: tl.constexpr, PREC: tl.constexpr, DT: tl.constexpr, STACK: tl.constexpr):
     """PREP_SOLVE "inverse": the ten lower 16 x 16 blocks of T = L^-1, L = I + diag(beta) A, in DT
     (the diagonal ones from fp32 products of precision PREC). With t_II the diagonal blocks' inverses
-    and L_IJ = diag(beta_I) A_IJ, row block I of L T = I gives T_IJ = -t_II sum_{J<=P<I} L_IP T_PJ; the three first sub-diagonal
-    blocks are independent, so the dependent chain is six small products deep."""
+    and L_IJ = diag(beta_I) A_IJ, row block I of L T = I gives T_IJ = -t_II sum_{J<=P<I} L_IP T_PJ; the
+    three first sub-diagonal blocks are independent, so the dependent chain is six small products deep."""
     cs = tl.arange(0, SUB)
     strict = cs[:, None] > cs[None, :]
     t00, t11, t22, t33 = _inv_unit_lower4(tl.where(strict, a00, 0.0) * b0[:, None],
