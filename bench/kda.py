@@ -66,12 +66,14 @@ SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_ST
 # without spills, or two under a 128-register cap) and the value solve in two halves: all three slower
 # than the shipped preparation (kda_forms_tune_session7c.json).
 # Session 8: the solve through L^-1 formed explicitly (PREP_SOLVE "inverse") measured slower (544.9
-# against 494.5 us, bench/results/kda_forms_tune_session8a.json); the layout conversions cut by PREP_STACK.
-FORMS_PREP = [{}, {"PREP_STACK": True}, {"PREP_STACK": True, "PREP_SOLVE": "inverse"},
-              {"PREP_STACK": True, "PREP_MAXNREG": 168}]
+# against 494.5 us, bench/results/kda_forms_tune_session8a.json), and so did PREP_STACK "all" (505.1 against
+# 497.6 us, kda_forms_tune_session8b.json); its two halves apart, and the re-centring gate without a
+# row extraction (PREP_CENTRE "half"):
+FORMS_PREP = [{}, {"PREP_CENTRE": "half"}, {"PREP_STACK": "inverses"}, {"PREP_STACK": "stores"},
+              {"PREP_CENTRE": "half", "PREP_STACK": "inverses"}, {"PREP_CENTRE": "half", "PREP_STACK": "all"}]
 FORMS_SCAN = [{}]
-PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_SOLVE", "PREP_STACK", "PREP_ORDER", "PREP_WARPS", "PREP_BK",
-              "PREP_BV", "PREP_MAXNREG")
+PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_SOLVE", "PREP_STACK", "PREP_CENTRE", "PREP_ORDER",
+              "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
 SCAN_KNOBS = tuple(SCAN_GRID)
 SCAN_MANY_KNOBS = tuple(SCAN_MANY_GRID)
 

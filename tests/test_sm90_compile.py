@@ -60,8 +60,10 @@ def test_kda_preparation_and_scan(tmp_path):
     [prep] = compile_rows(tmp_path, "--kda-prep", f"{KDA['PREP_BK']},{KDA['PREP_BV']},{KDA['PREP_WARPS']},"
                           f"{KDA['PREP_MAXNREG']},{int(KDA['PREP_FORM'] == 'columns')},"
                           f"{int(KDA['PREP_GLAST'] == 'carry')},{inv},{int(KDA['PREP_SOLVE'] == 'inverse')},"
-                          f"{int(KDA['PREP_STACK'])}")
+                          f"{('none', 'inverses', 'stores', 'all').index(KDA['PREP_STACK'])},"
+                          f"{int(KDA['PREP_CENTRE'] == 'half')}")
     fits(prep)
-    assert prep["PREP_INV"] == KDA["PREP_INV"] and prep["PREP_STACK"] == KDA["PREP_STACK"] and prep["hmma"] > 0, prep
+    assert prep["PREP_INV"] == KDA["PREP_INV"] and prep["PREP_STACK"] == KDA["PREP_STACK"]
+    assert prep["PREP_CENTRE"] == KDA["PREP_CENTRE"] and prep["hmma"] > 0, prep
     [scan] = compile_rows(tmp_path, "--kda-scan", f"{KDA['SCAN_BV']},{KDA['SCAN_WARPS']},{KDA['SCAN_STAGES']}")
     fits(scan)

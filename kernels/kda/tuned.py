@@ -68,10 +68,15 @@ TUNABLES = {
     # explicitly from the diagonal-block inverses by 16 x 16 products, then one 64-row product per
     # right-hand side)
     "PREP_SOLVE": ("blocks", "inverse"),
-    # fewer layout conversions (each a round trip through shared memory between CTA barriers): the
-    # four diagonal-block inverses as one batched [4, 16, 16] product chain, and M, W and U0 stored as
-    # whole 64-row tiles assembled in registers, instead of sixteen, four and four 16-row ones
-    "PREP_STACK": (False, True),
+    # fewer layout conversions (each a round trip through shared memory between CTA barriers):
+    # "inverses", the four diagonal-block inverses as one batched [4, 16, 16] product chain; "stores",
+    # M, W and U0 stored as whole 64-row tiles assembled in registers instead of sixteen, four and four
+    # 16-row ones; "all", both
+    "PREP_STACK": ("none", "inverses", "stores", "all"),
+    # pairs only: each sub-chunk's re-centring gate Gm, the gate at its middle row ("middle", a
+    # reduction over the rows to extract it) or the gate before it plus half its total ("half", from
+    # the total the next sub-chunk's carry needs anyway); both keep |G - Gm| <= 8 max|g|
+    "PREP_CENTRE": ("middle", "half"),
     # the preparation's launch order: a head's chunks side by side ("chunks") or a chunk's heads
     # ("heads", whose concurrent programs read the same tokens' rows of q, k, v and g)
     "PREP_ORDER": ("chunks", "heads"),
@@ -91,8 +96,8 @@ TUNABLES = {
     "SCAN_PDL": (False, True),
 }
 CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4, "PREP_FORM": "pairs", "PREP_MAXNREG": 0,
-          "PREP_GLAST": "load", "PREP_INV": "tf32", "PREP_SOLVE": "blocks", "PREP_STACK": False,
-          "PREP_ORDER": "chunks",
+          "PREP_GLAST": "load", "PREP_INV": "tf32", "PREP_SOLVE": "blocks", "PREP_STACK": "none",
+          "PREP_CENTRE": "middle", "PREP_ORDER": "chunks",
           "MANY_HEADS": 128, "SCAN_BV": 32, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
           "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3, "SCAN_PDL": False}
 
@@ -122,7 +127,7 @@ def _join4(x0, x1, x2, x3):
 
 @triton.jit
 def _rows4(x0, x1, x2, x3, R: tl.constexpr, C: tl.constexpr):
-    """Four [R, C] tiles stacked by rows as one [4 R, C] tile (PREP_STACK)."""
+    """Four [R, C] tiles stacked by rows as one [4 R, C] tile (PREP_STACK "stores")."""
     return tl.reshape(tl.permute(_join4(x0, x1, x2, x3), (3, 2, 0, 1)), (4 * R, C))
 
 
@@ -159,19 +164,24 @@ def _inv_unit_lower4(n0, n1, n2, n3, SUB: tl.constexpr, PREC: tl.constexpr, STAC
 @triton.jit
 def _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, row0, T, stride_qt, offs_c, K, carry, glast, beta, scale,
                w_ptr, qg_ptr, kd_ptr, s_base, s_row0, DT: tl.constexpr, BK: tl.constexpr, SUB: tl.constexpr,
-               STORE_KD: tl.constexpr, B_BETA: tl.constexpr):
+               STORE_KD: tl.constexpr, B_BETA: tl.constexpr, CENTRE_HALF: tl.constexpr):
     """One 16-token sub-chunk, for the channels offs_c: its cumulative gates (carry = G just before
-    it), re-centred at its middle row m. Stores what the scan needs from it (the gated queries
+    it), re-centred at Gm: the gate at its middle row, or with CENTRE_HALF (PREP_CENTRE "half") the carry
+    plus half the sub-chunk's total gate, which bounds |G - Gm| as tightly without a row extraction. Stores what the scan needs from it (the gated queries
     scale*q*exp(G) and, with STORE_KD, decayed keys k*exp(G_last - G)) and, into the W buffer as scratch,
     B = beta*k*exp(G), the right-hand side of the solve (k*exp(G) without B_BETA: PREP_SOLVE "inverse"
     folds beta into L^-1). Returns the re-centred operands of the
     intra-chunk products
       kE = k exp(G - Gm),  qE = q exp(G - Gm),  X = k exp(Gm - G)     (in the dot dtype)
-    with Gm (the gate at the middle row) and the carry for the next sub-chunk."""
+    with Gm and the carry for the next sub-chunk."""
     g = _tile(g_ptr, qk_base, row0, T, stride_qt, offs_c, K, SUB).to(tl.float32)  # 0 past T: G stays flat
     G = tl.cumsum(g, axis=0) + carry[None, :]
-    r = tl.arange(0, SUB)
-    Gm = tl.sum(tl.where((r == SUB // 2)[:, None], G, 0.0), axis=0)
+    tot = tl.sum(g, axis=0)
+    if CENTRE_HALF:  # G runs from carry + g_0 down to carry + tot
+        Gm = carry + 0.5 * tot
+    else:
+        r = tl.arange(0, SUB)
+        Gm = tl.sum(tl.where((r == SUB // 2)[:, None], G, 0.0), axis=0)
     D = G - Gm[None, :]  # |D| <= 8 * max|g|
     E = tl.exp(D)
     k = _tile(k_ptr, qk_base, row0, T, stride_qt, offs_c, K, SUB).to(tl.float32)
@@ -187,7 +197,7 @@ def _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, row0, T, stride_qt, offs_c, K, carr
         _put(w_ptr, s_base, s_row0, BK, offs_c, kE * (beta[:, None] * eGm[None, :]), SUB)
     else:
         _put(w_ptr, s_base, s_row0, BK, offs_c, kE * eGm[None, :], SUB)
-    return kE.to(DT), qE.to(DT), X.to(DT), Gm, carry + tl.sum(g, axis=0)
+    return kE.to(DT), qE.to(DT), X.to(DT), Gm, carry + tot
 
 
 @triton.jit
@@ -224,7 +234,7 @@ def _inv_unit_lower(N, SUB: tl.constexpr, PREC: tl.constexpr):
 
 @triton.jit
 def _inverse_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
-                    SUB: tl.constexpr, PREC: tl.constexpr, DT: tl.constexpr, STACK: tl.constexpr):
+                    SUB: tl.constexpr, PREC: tl.constexpr, DT: tl.constexpr, STACK_INV: tl.constexpr):
     """PREP_SOLVE "inverse": the ten lower 16 x 16 blocks of T = L^-1, L = I + diag(beta) A, in DT
     (the diagonal ones from fp32 products of precision PREC). With t_II the diagonal blocks' inverses
     and L_IJ = diag(beta_I) A_IJ, row block I of L T = I gives T_IJ = -t_II sum_{J<=P<I} L_IP T_PJ; the
@@ -234,7 +244,7 @@ def _inverse_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2
     t00, t11, t22, t33 = _inv_unit_lower4(tl.where(strict, a00, 0.0) * b0[:, None],
                                           tl.where(strict, a11, 0.0) * b1[:, None],
                                           tl.where(strict, a22, 0.0) * b2[:, None],
-                                          tl.where(strict, a33, 0.0) * b3[:, None], SUB, PREC, STACK)
+                                          tl.where(strict, a33, 0.0) * b3[:, None], SUB, PREC, STACK_INV)
     l10 = (a10 * b1[:, None]).to(DT)
     l20 = (a20 * b2[:, None]).to(DT)
     l21 = (a21 * b2[:, None]).to(DT)
@@ -273,7 +283,8 @@ def _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3):
 def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
                     m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3,
                     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, PREP_BK: tl.constexpr,
-                    GLAST_CARRY: tl.constexpr, B_BETA: tl.constexpr, STACK: tl.constexpr):
+                    GLAST_CARRY: tl.constexpr, B_BETA: tl.constexpr, STACK_ST: tl.constexpr,
+                    CENTRE_HALF: tl.constexpr):
     """PREP_FORM "pairs": A and M pair of sub-chunks by pair of sub-chunks. Stores M (scaled, causal)
     and, per sub-chunk, what the scan needs (_sub_chunk); returns the ten 16 x 16 blocks of A.
     The decayed keys need the chunk's total gate: PREP_GLAST "load" sums it from a load of the whole
@@ -297,22 +308,22 @@ def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_
             tl.store(gl_ptr + gl_base + offs_c, tl.exp(glast))
         kE0, qE0, X0, Gm0, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, offs_c, K, carry,
                                               glast, b0, scale, w_ptr, qg_ptr, kd_ptr, s_base, 0, DT, BK, SUB,
-                                              not GLAST_CARRY, B_BETA)
+                                              not GLAST_CARRY, B_BETA, CENTRE_HALF)
         a00, m00 = _diag(kE0, qE0, X0, a00, m00)
         kE1, qE1, X1, Gm1, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + SUB, T, stride_qt, offs_c, K,
                                               carry, glast, b1, scale, w_ptr, qg_ptr, kd_ptr, s_base, SUB, DT, BK,
-                                              SUB, not GLAST_CARRY, B_BETA)
+                                              SUB, not GLAST_CARRY, B_BETA, CENTRE_HALF)
         a11, m11 = _diag(kE1, qE1, X1, a11, m11)
         a10, m10 = _pair(kE1, qE1, X0, Gm1, Gm0, a10, m10)
         kE2, qE2, X2, Gm2, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + 2 * SUB, T, stride_qt, offs_c, K,
                                               carry, glast, b2, scale, w_ptr, qg_ptr, kd_ptr, s_base, 2 * SUB, DT,
-                                              BK, SUB, not GLAST_CARRY, B_BETA)
+                                              BK, SUB, not GLAST_CARRY, B_BETA, CENTRE_HALF)
         a22, m22 = _diag(kE2, qE2, X2, a22, m22)
         a20, m20 = _pair(kE2, qE2, X0, Gm2, Gm0, a20, m20)
         a21, m21 = _pair(kE2, qE2, X1, Gm2, Gm1, a21, m21)
         kE3, qE3, X3, Gm3, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + 3 * SUB, T, stride_qt, offs_c, K,
                                               carry, glast, b3, scale, w_ptr, qg_ptr, kd_ptr, s_base, 3 * SUB, DT,
-                                              BK, SUB, not GLAST_CARRY, B_BETA)
+                                              BK, SUB, not GLAST_CARRY, B_BETA, CENTRE_HALF)
         a33, m33 = _diag(kE3, qE3, X3, a33, m33)
         a30, m30 = _pair(kE3, qE3, X0, Gm3, Gm0, a30, m30)
         a31, m31 = _pair(kE3, qE3, X1, Gm3, Gm1, a31, m31)
@@ -328,7 +339,7 @@ def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_
     #     (Leaving the zero blocks unwritten and loading only the causal part in the scan was
     #     measured on the H200 in session 6: the masked load slowed the scan from 175 to 291 us.) ---
     lower = cs[:, None] >= cs[None, :]
-    if STACK:  # one 64 x 64 tile: column block J of the rows stacked, transposed back
+    if STACK_ST:  # one 64 x 64 tile: column block J of the rows stacked, transposed back
         DTM: tl.constexpr = m_ptr.dtype.element_ty
         zm = tl.zeros([SUB, SUB], dtype=DTM)
         c0 = _rows4((tl.where(lower, m00, 0.0) * scale).to(DTM), (m10 * scale).to(DTM), (m20 * scale).to(DTM),
@@ -443,7 +454,8 @@ def _products_columns(q_ptr, k_ptr, g_ptr, qk_base, t0, T, H, stride_qt, K, scal
 def _solve_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
                   v_ptr, v_base, t0, T, stride_vt, V, w_ptr, s_base, u_ptr, u_base,
                   BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
-                  PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, INV_PREC: tl.constexpr, STACK: tl.constexpr):
+                  PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, INV_PREC: tl.constexpr, STACK_INV: tl.constexpr,
+                  STACK_ST: tl.constexpr):
     """PREP_SOLVE "blocks": W = L^-1 B (B parked in the W buffer) and U0 = L^-1 (beta V) by block
     forward substitution, sub-chunk by sub-chunk."""
     DT: tl.constexpr = w_ptr.dtype.element_ty
@@ -454,7 +466,7 @@ def _solve_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, 
     t00, t11, t22, t33 = _inv_unit_lower4(tl.where(strict, a00, 0.0) * b0[:, None],
                                           tl.where(strict, a11, 0.0) * b1[:, None],
                                           tl.where(strict, a22, 0.0) * b2[:, None],
-                                          tl.where(strict, a33, 0.0) * b3[:, None], SUB, INV_PREC, STACK)
+                                          tl.where(strict, a33, 0.0) * b3[:, None], SUB, INV_PREC, STACK_INV)
     t00 = t00.to(DT)
     t11 = t11.to(DT)
     t22 = t22.to(DT)
@@ -477,7 +489,7 @@ def _solve_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, 
         r3 = _tile(w_ptr, s_base, 3 * SUB, BT, BK, offs_c, BK, SUB)
         tl.debug_barrier()
         x0, x1, x2, x3 = _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3)
-        _put4(w_ptr, s_base, BK, offs_c, x0, x1, x2, x3, SUB, PREP_BK, STACK)
+        _put4(w_ptr, s_base, BK, offs_c, x0, x1, x2, x3, SUB, PREP_BK, STACK_ST)
 
     for v0 in range(0, BVP, PREP_BV):
         offs_v = v0 + tl.arange(0, PREP_BV)
@@ -486,14 +498,15 @@ def _solve_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, 
         r2 = (_tile(v_ptr, v_base, t0 + 2 * SUB, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b2[:, None]).to(DT)
         r3 = (_tile(v_ptr, v_base, t0 + 3 * SUB, T, stride_vt, offs_v, V, SUB).to(tl.float32) * b3[:, None]).to(DT)
         x0, x1, x2, x3 = _solve(t00, t11, t22, t33, n10, n20, n21, n30, n31, n32, r0, r1, r2, r3)
-        _put4(u_ptr, u_base, BVP, offs_v, x0, x1, x2, x3, SUB, PREP_BV, STACK)
+        _put4(u_ptr, u_base, BVP, offs_v, x0, x1, x2, x3, SUB, PREP_BV, STACK_ST)
 
 
 @triton.jit
 def _solve_inverse(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
                    v_ptr, v_base, t0, T, stride_vt, V, w_ptr, s_base, u_ptr, u_base, ti_ptr, ti_base,
                    BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
-                   PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, INV_PREC: tl.constexpr, STACK: tl.constexpr):
+                   PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, INV_PREC: tl.constexpr, STACK_INV: tl.constexpr,
+                   STACK_ST: tl.constexpr):
     """PREP_SOLVE "inverse": Tb = L^-1 diag(beta) goes through the chunk's BT x BT scratch tile (so
     that it comes back as one tensor-core operand), then W = Tb (exp(G) K), the latter parked in the
     W buffer, and U0 = Tb V, each one BT-row product."""
@@ -501,7 +514,7 @@ def _solve_inverse(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2,
     cs = tl.arange(0, SUB)
     z = tl.zeros([SUB, SUB], dtype=tl.float32)
     t00, t10, t11, t20, t21, t22, t30, t31, t32, t33 = _inverse_blocks(
-        a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3, SUB, INV_PREC, DT, STACK)
+        a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3, SUB, INV_PREC, DT, STACK_INV)
     # column block J scaled by beta_J: L^-1 diag(beta)
     _put(ti_ptr, ti_base, 0, BT, cs, t00.to(tl.float32) * b0[None, :], SUB)
     _put(ti_ptr, ti_base, 0, BT, SUB + cs, z, SUB)
@@ -541,7 +554,8 @@ def _kda_prep(
     T, H, K, V, NT, scale,
     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
     PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, PREP_COLUMNS: tl.constexpr, GLAST_CARRY: tl.constexpr,
-    INV_PREC: tl.constexpr, SOLVE_INVERSE: tl.constexpr, STACK: tl.constexpr, HEADS_FIRST: tl.constexpr,
+    INV_PREC: tl.constexpr, SOLVE_INVERSE: tl.constexpr, STACK_INV: tl.constexpr, STACK_ST: tl.constexpr,
+    CENTRE_HALF: tl.constexpr, HEADS_FIRST: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     if USE_PDL:  # let the scan grid launch once every program here has started
@@ -581,16 +595,16 @@ def _kda_prep(
         a00, a10, a11, a20, a21, a22, a30, a31, a32, a33 = _products_pairs(
             q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
             m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3, BT, SUB, BK, PREP_BK, GLAST_CARRY, not SOLVE_INVERSE,
-            STACK)
+            STACK_ST, CENTRE_HALF)
 
     if SOLVE_INVERSE:
         _solve_inverse(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
                        v_ptr, v_base, t0, T, stride_vt, V, w_ptr, s_base, u_ptr, bh.to(tl.int64) * TP * BVP + t0 * BVP,
-                       ti_ptr, m_base, BT, SUB, BK, BVP, PREP_BK, PREP_BV, INV_PREC, STACK)
+                       ti_ptr, m_base, BT, SUB, BK, BVP, PREP_BK, PREP_BV, INV_PREC, STACK_INV, STACK_ST)
     else:
         _solve_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
                       v_ptr, v_base, t0, T, stride_vt, V, w_ptr, s_base, u_ptr, bh.to(tl.int64) * TP * BVP + t0 * BVP,
-                      BT, SUB, BK, BVP, PREP_BK, PREP_BV, INV_PREC, STACK)
+                      BT, SUB, BK, BVP, PREP_BK, PREP_BV, INV_PREC, STACK_INV, STACK_ST)
 
 
 @triton.jit
@@ -666,7 +680,9 @@ def kda(q, k, v, g, beta, scale):
         q, k, v, g, beta, w, u0, qg, kd, m, gl, ti, T, H, K, V, NT, scale,
         BT=BT, SUB=SUB, BK=BK, BVP=BVP, PREP_BK=min(BK, CONFIG["PREP_BK"]), PREP_BV=min(BVP, CONFIG["PREP_BV"]),
         PREP_COLUMNS=CONFIG["PREP_FORM"] == "columns", GLAST_CARRY=CONFIG["PREP_GLAST"] == "carry",
-        INV_PREC=CONFIG["PREP_INV"], SOLVE_INVERSE=inverse, STACK=bool(CONFIG["PREP_STACK"]),
+        INV_PREC=CONFIG["PREP_INV"], SOLVE_INVERSE=inverse,
+        STACK_INV=CONFIG["PREP_STACK"] in ("inverses", "all"), STACK_ST=CONFIG["PREP_STACK"] in ("stores", "all"),
+        CENTRE_HALF=CONFIG["PREP_CENTRE"] == "half",
         HEADS_FIRST=heads_first, USE_PDL=pdl, num_warps=CONFIG["PREP_WARPS"],
         **({"maxnreg": CONFIG["PREP_MAXNREG"]} if CONFIG["PREP_MAXNREG"] else {}),
     )
