@@ -71,10 +71,10 @@ SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_ST
 # row extraction (PREP_CENTRE "half"):
 FORMS_PREP = [{}, {"PREP_CENTRE": "half"}, {"PREP_STACK": "inverses"}, {"PREP_STACK": "stores"},
               {"PREP_CENTRE": "half", "PREP_STACK": "inverses"}, {"PREP_CENTRE": "half", "PREP_STACK": "all"}]
-FORMS_SCAN = [{}]
+FORMS_SCAN = [{}, {"SCAN_WQ": True}]
 PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_SOLVE", "PREP_STACK", "PREP_CENTRE", "PREP_ORDER",
               "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
-SCAN_KNOBS = tuple(SCAN_GRID)
+SCAN_KNOBS = tuple(SCAN_GRID) + ("SCAN_WQ",)
 SCAN_MANY_KNOBS = tuple(SCAN_MANY_GRID)
 
 

@@ -187,7 +187,8 @@ def speed(out_path: Path) -> dict:
             if form == "wy":
                 def launch(bv=bv, warps=warps, stages=stages):
                     tuned._kda_scan[(B * H, V // bv)](w, u0, qg, kd, m, gl, o, T, H, V, NT, BT=BT, BK=K, BV=bv,
-                                                       BVP=V, USE_PDL=False, num_warps=warps, num_stages=stages)
+                                                       BVP=V, USE_PDL=False, WQ=False, num_warps=warps,
+                                                       num_stages=stages)
             else:
                 def launch(bv=bv, warps=warps, stages=stages):
                     _scan_transition[(B * H, V // bv)](cmat, d, qg, u0, gl, o, T, H, V, NT, BT=BT, BK=K, BV=bv,

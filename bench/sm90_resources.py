@@ -4,7 +4,7 @@ headline shapes (pointers and the integer arguments that are multiples of 16 mar
 
     python bench/sm90_resources.py [BLOCK_H,BLOCK_N,warps,stages[,tokens] ...] [--out FILE]   MLA stage 1
     python bench/sm90_resources.py --kda-prep [PREP_BK,PREP_BV,warps ...] [--out FILE]  KDA preparation
-    python bench/sm90_resources.py --kda-scan [SCAN_BV,warps,stages ...] [--out FILE]   KDA scan
+    python bench/sm90_resources.py --kda-scan [SCAN_BV,warps,stages[,wq] ...] [--out FILE]   KDA scan
 
 Prints one line per variant and writes the rows as JSON (default: bench/results/mla_decode_sm90_resources.json,
 or kda_prep_sm90_resources.json)."""
@@ -99,11 +99,11 @@ def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | No
     sig.update({"T": "i32", "H": "i32", "K": "i32", "V": "i32", "NT": "i32", "scale": "fp32"})
     sig.update({n: "constexpr" for n in ("BT", "SUB", "BK", "BVP", "PREP_BK", "PREP_BV", "PREP_COLUMNS",
                                          "GLAST_CARRY", "INV_PREC", "SOLVE_INVERSE", "STACK_INV", "STACK_ST",
-                                         "CENTRE_HALF", "HEADS_FIRST", "USE_PDL")})
+                                         "CENTRE_HALF", "KBUFS", "HEADS_FIRST", "USE_PDL")})
     consts = {"BT": 64, "SUB": 16, "BK": 128, "BVP": 128, "PREP_BK": prep_bk, "PREP_BV": prep_bv,
               "PREP_COLUMNS": columns, "GLAST_CARRY": glast_carry,
               "INV_PREC": inv_prec, "SOLVE_INVERSE": inverse, "STACK_INV": stack in ("inverses", "all"),
-              "STACK_ST": stack in ("stores", "all"), "CENTRE_HALF": centre_half, "HEADS_FIRST": False, "USE_PDL": False}
+              "STACK_ST": stack in ("stores", "all"), "CENTRE_HALF": centre_half, "KBUFS": 1, "HEADS_FIRST": False, "USE_PDL": False}
     return {"kernel": "_kda_prep", "PREP_FORM": "columns" if columns else "pairs",
             "PREP_GLAST": "carry" if glast_carry else "load", "PREP_INV": inv_prec,
             "PREP_SOLVE": "inverse" if inverse else "blocks", "PREP_STACK": stack,
@@ -113,14 +113,14 @@ def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | No
                        aligned=tuple(n for n, t in sig.items() if t not in ("constexpr", "fp32")))}
 
 
-def kda_scan_resources(bv: int, warps: int, stages: int) -> dict:
-    """The KDA scan at K = V = 128 (bf16 operands) with SCAN_BV = bv."""
+def kda_scan_resources(bv: int, warps: int, stages: int, wq: int = 0) -> dict:
+    """The KDA scan at K = V = 128 (bf16 operands) with SCAN_BV = bv, SCAN_WQ = bool(wq)."""
     from kernels.kda import tuned
     sig = {n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")}
     sig.update({"gl_ptr": "*fp32", "o_ptr": "*bf16", "T": "i32", "H": "i32", "V": "i32", "NT": "i32"})
-    sig.update({n: "constexpr" for n in ("BT", "BK", "BV", "BVP", "USE_PDL")})
-    consts = {"BT": 64, "BK": 128, "BV": bv, "BVP": 128, "USE_PDL": False}
-    return {"kernel": "_kda_scan", "SCAN_BV": bv,
+    sig.update({n: "constexpr" for n in ("BT", "BK", "BV", "BVP", "USE_PDL", "WQ")})
+    consts = {"BT": 64, "BK": 128, "BV": bv, "BVP": 128, "USE_PDL": False, "WQ": bool(wq)}
+    return {"kernel": "_kda_scan", "SCAN_BV": bv, "SCAN_WQ": bool(wq),
             **compiled(tuned._kda_scan, sig, consts, warps, stages,
                        aligned=tuple(n for n, t in sig.items() if t.startswith("*")) + ("T", "V", "NT"))}
 
@@ -131,7 +131,7 @@ def main() -> int:
     ap.add_argument("--kda-prep", action="store_true",
                     help="the KDA preparation kernel instead; variants are "
                     "PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry[,inv[,solve[,stack[,centre]]]]]]]")
-    ap.add_argument("--kda-scan", action="store_true", help="the KDA scan instead; variants are SCAN_BV,warps,stages")
+    ap.add_argument("--kda-scan", action="store_true", help="the KDA scan instead; variants are SCAN_BV,warps,stages[,wq]")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import triton

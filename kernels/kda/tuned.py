@@ -94,12 +94,16 @@ TUNABLES = {
     # preparation's last wave runs and wait in griddepcontrol.wait, hiding the launch gap between them
     # (no gain measured at B=1,T=8192 on the H200 in session 6: bench/results/kda_NOTES.md)
     "SCAN_PDL": (False, True),
+    # W, Qg and Kd interleaved chunk by chunk in one buffer, and the scan's W S and Qg S as one
+    # [2 BT, BK] x [BK, BV] product (one tensor-core product and wait fewer per chunk)
+    "SCAN_WQ": (False, True),
 }
 CONFIG = {"CHUNK": 64, "PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4, "PREP_FORM": "pairs", "PREP_MAXNREG": 0,
           "PREP_GLAST": "load", "PREP_INV": "tf32", "PREP_SOLVE": "blocks", "PREP_STACK": "none",
           "PREP_CENTRE": "middle", "PREP_ORDER": "chunks",
           "MANY_HEADS": 128, "SCAN_BV": 32, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
-          "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3, "SCAN_PDL": False}
+          "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3, "SCAN_PDL": False,
+          "SCAN_WQ": False}
 
 SUB = 16  # sub-chunk: the re-centring window and the smallest tile tl.dot accepts
 
@@ -555,7 +559,7 @@ def _kda_prep(
     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
     PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, PREP_COLUMNS: tl.constexpr, GLAST_CARRY: tl.constexpr,
     INV_PREC: tl.constexpr, SOLVE_INVERSE: tl.constexpr, STACK_INV: tl.constexpr, STACK_ST: tl.constexpr,
-    CENTRE_HALF: tl.constexpr, HEADS_FIRST: tl.constexpr,
+    CENTRE_HALF: tl.constexpr, KBUFS: tl.constexpr, HEADS_FIRST: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     if USE_PDL:  # let the scan grid launch once every program here has started
@@ -575,7 +579,12 @@ def _kda_prep(
     qk_base = (b.to(tl.int64) * T * H + h) * K
     v_base = (b.to(tl.int64) * T * H + h) * V
     TP = NT * BT
-    s_base = bh.to(tl.int64) * TP * BK + t0 * BK  # this chunk in the [BH, TP, BK] scratch buffers
+    # this chunk in the W, Qg and Kd buffers: [BH, NT, BT, BK] each, or with SCAN_WQ one [BH, NT, 3, BT, BK]
+    # (KBUFS = 3), the three pointers offset by BT x BK
+    if KBUFS == 1:
+        s_base = bh.to(tl.int64) * TP * BK + t0 * BK
+    else:
+        s_base = (bh.to(tl.int64) * NT + n) * (KBUFS * BT * BK)
     m_base = bh.to(tl.int64) * TP * BT + t0 * BT
     gl_base = (bh.to(tl.int64) * NT + n) * BK
     cs = tl.arange(0, SUB)
@@ -612,8 +621,10 @@ def _kda_scan(
     w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr,
     T, H, V, NT,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BVP: tl.constexpr, USE_PDL: tl.constexpr,
+    WQ: tl.constexpr,
 ):
-    """Chunk after chunk: U = U0 - W S;  O = Qg S + M U;  S = exp(G_last) * S + Kd^T U."""
+    """Chunk after chunk: U = U0 - W S;  O = Qg S + M U;  S = exp(G_last) * S + Kd^T U.
+    WQ (SCAN_WQ): W, Qg and Kd interleaved per chunk, W S and Qg S as one product."""
     if USE_PDL:  # launched early: wait until the preparation has finished and its writes are visible
         tl.extra.cuda.gdc_wait()
     bh = tl.program_id(0)
@@ -625,23 +636,33 @@ def _kda_scan(
     offs_k = tl.arange(0, BK)
     offs_v = pid_v * BV + tl.arange(0, BV)
     TP = NT * BT
-    k_base = bh.to(tl.int64) * TP * BK
+    KBUFS: tl.constexpr = 3 if WQ else 1
+    k_base = bh.to(tl.int64) * TP * (KBUFS * BK)
     u_base = bh.to(tl.int64) * TP * BVP
     m_base = bh.to(tl.int64) * TP * BT
     o_base = (b.to(tl.int64) * T * H + h) * V
     S = tl.zeros([BK, BV], dtype=tl.float32)
     for n in range(NT):
         r = n * BT + rows
-        kk = k_base + r[:, None] * BK + offs_k[None, :]
-        w = tl.load(w_ptr + kk)
-        qg = tl.load(qg_ptr + kk)
+        if WQ:  # rows BT .. 2 BT past W's are Qg's
+            kk = k_base + n * (KBUFS * BT * BK) + rows[:, None] * BK + offs_k[None, :]
+            wq = tl.load(w_ptr + k_base + n * (KBUFS * BT * BK) + tl.arange(0, 2 * BT)[:, None] * BK + offs_k[None, :])
+        else:
+            kk = k_base + r[:, None] * BK + offs_k[None, :]
+            w = tl.load(w_ptr + kk)
+            qg = tl.load(qg_ptr + kk)
         kd = tl.load(kd_ptr + kk)
         u0 = tl.load(u_ptr + u_base + r[:, None] * BVP + offs_v[None, :]).to(tl.float32)
         m = tl.load(m_ptr + m_base + r[:, None] * BT + rows[None, :])
         gl = tl.load(gl_ptr + (bh.to(tl.int64) * NT + n) * BK + offs_k)
         s = S.to(DT)
-        u = (u0 - tl.dot(w, s)).to(DT)
-        o = tl.dot(m, u, acc=tl.dot(qg, s))
+        if WQ:
+            ws, qs = tl.split(tl.permute(tl.reshape(tl.dot(wq, s), (2, BT, BV)), (1, 2, 0)))
+            u = (u0 - ws).to(DT)
+            o = tl.dot(m, u, acc=qs)
+        else:
+            u = (u0 - tl.dot(w, s)).to(DT)
+            o = tl.dot(m, u, acc=tl.dot(qg, s))
         omask = (r < T)[:, None] & (offs_v < V)[None, :]
         tl.store(o_ptr + o_base + r[:, None].to(tl.int64) * (H * V) + offs_v[None, :],
                  o.to(o_ptr.dtype.element_ty), mask=omask)
@@ -664,9 +685,10 @@ def kda(q, k, v, g, beta, scale):
     dev = q.device
     # per-chunk intermediates, padded to whole chunks and power-of-two widths: the preparation
     # writes every element (zeros past T), so the scan loads them without masks
-    w = torch.empty((B * H, TP, BK), device=dev, dtype=dt)
-    qg = torch.empty((B * H, TP, BK), device=dev, dtype=dt)
-    kd = torch.empty((B * H, TP, BK), device=dev, dtype=dt)
+    wq = bool(CONFIG["SCAN_WQ"])
+    wqk = torch.empty((B * H, NT, 3 if wq else 1, BT, BK), device=dev, dtype=dt)
+    w, qg, kd = (wqk[:, :, 0], wqk[:, :, 1], wqk[:, :, 2]) if wq else (
+        wqk, torch.empty_like(wqk), torch.empty_like(wqk))
     u0 = torch.empty((B * H, TP, BVP), device=dev, dtype=dt)
     m = torch.empty((B * H, TP, BT), device=dev, dtype=dt)
     gl = torch.empty((B * H, NT, BK), device=dev, dtype=torch.float32)
@@ -682,7 +704,7 @@ def kda(q, k, v, g, beta, scale):
         PREP_COLUMNS=CONFIG["PREP_FORM"] == "columns", GLAST_CARRY=CONFIG["PREP_GLAST"] == "carry",
         INV_PREC=CONFIG["PREP_INV"], SOLVE_INVERSE=inverse,
         STACK_INV=CONFIG["PREP_STACK"] in ("inverses", "all"), STACK_ST=CONFIG["PREP_STACK"] in ("stores", "all"),
-        CENTRE_HALF=CONFIG["PREP_CENTRE"] == "half",
+        CENTRE_HALF=CONFIG["PREP_CENTRE"] == "half", KBUFS=3 if wq else 1,
         HEADS_FIRST=heads_first, USE_PDL=pdl, num_warps=CONFIG["PREP_WARPS"],
         **({"maxnreg": CONFIG["PREP_MAXNREG"]} if CONFIG["PREP_MAXNREG"] else {}),
     )
@@ -690,7 +712,7 @@ def kda(q, k, v, g, beta, scale):
     BV = min(BVP, CONFIG["SCAN_BV" + many])
     _kda_scan[(B * H, BVP // BV)](
         w, u0, qg, kd, m, gl, o, T, H, V, NT,
-        BT=BT, BK=BK, BV=BV, BVP=BVP, USE_PDL=pdl, num_warps=CONFIG["SCAN_WARPS" + many],
+        BT=BT, BK=BK, BV=BV, BVP=BVP, USE_PDL=pdl, WQ=wq, num_warps=CONFIG["SCAN_WARPS" + many],
         num_stages=CONFIG["SCAN_STAGES" + many],
         **({"launch_pdl": True} if pdl else {}),  # a launch option of the NVIDIA backend only
     )
