@@ -34,7 +34,7 @@ STACKS = ("none", "inverses", "stores", "all")
 
 
 def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int | None = None,
-             aligned: tuple[str, ...] = ()) -> dict:
+             aligned: tuple[str, ...] = (), keep_cubin: Path | None = None) -> dict:
     """Registers, spills, MMA, barrier and shared-memory instruction counts of one Triton kernel compiled
     for sm_90 (maxnreg: a register cap, as the launch option of that name sets it).
 
@@ -42,7 +42,8 @@ def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int 
     pointer torch allocates; integer arguments that are multiples of 16). The launcher specializes on
     this, and without it the counts are those of another kernel: the KDA preparation compiled without
     it had 792 B of spills and scalar loads, with it 40 B and 128-bit loads, and its 7,840
-    instructions are exactly those ncu listed on the H200 (bench/results/ncu_kda_prep_sass_h200.csv.gz)."""
+    instructions are exactly those ncu listed on the H200 (bench/results/ncu_kda_prep_sass_h200.csv.gz).
+    keep_cubin: also write the cubin there (bench/ncu_sass_lines.py reads its line table)."""
     import triton
     from triton.backends.compiler import GPUTarget
 
@@ -54,6 +55,8 @@ def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int 
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "k.cubin"
         cubin.write_bytes(kernel.asm["cubin"])
+        if keep_cubin:
+            Path(keep_cubin).write_bytes(kernel.asm["cubin"])
         usage = subprocess.run([str(tools / "cuobjdump"), "-res-usage", str(cubin)], capture_output=True, text=True).stdout
         sass = subprocess.run([str(tools / "cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True).stdout
     reg = re.search(r"REG:(\d+)", usage)
@@ -87,7 +90,7 @@ def resources(block_h: int, block_n: int, warps: int, stages: int, tokens: int =
 
 def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | None = None, columns: bool = False,
                        glast_carry: bool = False, inv_prec: str = "ieee", inverse: bool = False,
-                       stack: str = "none", centre_half: bool = False) -> dict:
+                       stack: str = "none", centre_half: bool = False, keep_cubin: Path | None = None) -> dict:
     """The KDA preparation kernel at K = V = 128 (bf16 inputs, fp32 gates), in PREP_FORM "pairs" or
     (columns) "columns", PREP_GLAST "load" or (glast_carry) "carry", PREP_SOLVE "blocks" or (inverse)
     "inverse", PREP_STACK (stack), PREP_CENTRE "middle" or (centre_half) "half"."""
@@ -110,7 +113,15 @@ def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | No
             "PREP_CENTRE": "half" if centre_half else "middle", "PREP_BK": prep_bk,
             "PREP_BV": prep_bv, "maxnreg": maxnreg,
             **compiled(tuned._kda_prep, sig, consts, warps, 1, maxnreg,
-                       aligned=tuple(n for n, t in sig.items() if t not in ("constexpr", "fp32")))}
+                       aligned=tuple(n for n, t in sig.items() if t not in ("constexpr", "fp32")), keep_cubin=keep_cubin)}
+
+
+def kda_prep_args(variant: str) -> tuple:
+    """kda_prep_resources' positional arguments from a variant string (see KDA_DEFAULT's comment)."""
+    nums = [int(x) for x in variant.split(",")]
+    return (*nums[:3], (nums[3:4] or [0])[0] or None, *(bool(x) for x in nums[4:6]),
+            *(INV_PRECISIONS[x] for x in nums[6:7]), *(bool(x) for x in nums[7:8]), *(STACKS[x] for x in nums[8:9]),
+            *(bool(x) for x in nums[9:10]))
 
 
 def kda_scan_resources(bv: int, warps: int, stages: int, wq: int = 0) -> dict:
@@ -142,9 +153,7 @@ def main() -> int:
     for v in args.variants or (KDA_DEFAULT if args.kda_prep else ["32,4,3"] if args.kda_scan else DEFAULT):
         nums = [int(x) for x in v.split(",")]
         if args.kda_prep:
-            row = measure(*nums[:3], (nums[3:4] or [0])[0] or None, *(bool(x) for x in nums[4:6]),
-                          *(INV_PRECISIONS[x] for x in nums[6:7]), *(bool(x) for x in nums[7:8]),
-                          *(STACKS[x] for x in nums[8:9]), *(bool(x) for x in nums[9:10]))
+            row = measure(*kda_prep_args(v))
         else:
             row = measure(*nums)
         rows.append(row)
