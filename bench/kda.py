@@ -69,9 +69,9 @@ SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_ST
 # against 494.5 us, bench/results/kda_forms_tune_session8a.json), and so did PREP_STACK "all" (505.1 against
 # 497.6 us, kda_forms_tune_session8b.json); its two halves apart, and the re-centring gate without a
 # row extraction (PREP_CENTRE "half"):
-FORMS_PREP = [{}, {"PREP_CENTRE": "half"}, {"PREP_STACK": "inverses"}, {"PREP_STACK": "stores"},
-              {"PREP_CENTRE": "half", "PREP_STACK": "inverses"}, {"PREP_CENTRE": "half", "PREP_STACK": "all"},
-              {"PREP_CENTRE": "half", "PREP_GLAST": "carry"}]
+FORMS_PREP = [{}, {"PREP_CENTRE": "half"}, {"PREP_CENTRE": "half_tots"}, {"PREP_STACK": "inverses"},
+              {"PREP_STACK": "stores"}, {"PREP_CENTRE": "half_tots", "PREP_STACK": "inverses"},
+              {"PREP_CENTRE": "half_tots", "PREP_STACK": "all"}, {"PREP_CENTRE": "half", "PREP_GLAST": "carry"}]
 FORMS_SCAN = [{}, {"SCAN_WQ": True}]
 PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_SOLVE", "PREP_STACK", "PREP_CENTRE", "PREP_ORDER",
               "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")

@@ -61,8 +61,9 @@ def tuned():
 # gates (PREP_CENTRE), and the scan's W, Qg and Kd apart or interleaved (SCAN_WQ)
 @pytest.mark.parametrize("form, glast, solve, stack, centre, wq", [
     ("pairs", "load", "blocks", "none", "middle", False), ("pairs", "carry", "blocks", "none", "middle", False),
-    ("columns", "load", "blocks", "none", "middle", False), ("pairs", "load", "blocks", "all", "half", True),
-    ("pairs", "carry", "inverse", "all", "half", False), ("columns", "load", "inverse", "none", "middle", True)])
+    ("columns", "load", "blocks", "none", "middle", False), ("pairs", "load", "blocks", "all", "half_tots", True),
+    ("pairs", "carry", "inverse", "all", "half", False), ("columns", "load", "inverse", "none", "middle", True),
+    ("pairs", "load", "blocks", "none", "half", False)])
 @pytest.mark.parametrize("case", ["g=-10", "g=0, one key, beta 0.99", "logsigmoid"])
 def test_fp32_against_reference(tuned, case, form, glast, solve, stack, centre, wq, monkeypatch):
     from kernels.kda.reference import make_inputs, reference

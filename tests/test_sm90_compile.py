@@ -61,7 +61,7 @@ def test_kda_preparation_and_scan(tmp_path):
                           f"{KDA['PREP_MAXNREG']},{int(KDA['PREP_FORM'] == 'columns')},"
                           f"{int(KDA['PREP_GLAST'] == 'carry')},{inv},{int(KDA['PREP_SOLVE'] == 'inverse')},"
                           f"{('none', 'inverses', 'stores', 'all').index(KDA['PREP_STACK'])},"
-                          f"{int(KDA['PREP_CENTRE'] == 'half')}")
+                          f"{('middle', 'half', 'half_tots').index(KDA['PREP_CENTRE'])}")
     fits(prep)
     assert prep["PREP_INV"] == KDA["PREP_INV"] and prep["PREP_STACK"] == KDA["PREP_STACK"]
     assert prep["PREP_CENTRE"] == KDA["PREP_CENTRE"] and prep["hmma"] > 0, prep

@@ -75,8 +75,10 @@ TUNABLES = {
     "PREP_STACK": ("none", "inverses", "stores", "all"),
     # pairs only: each sub-chunk's re-centring gate Gm, the gate at its middle row ("middle", a
     # reduction over the rows to extract it) or the gate before it plus half its total ("half", from
-    # the total the next sub-chunk's carry needs anyway); both keep |G - Gm| <= 8 max|g|
-    "PREP_CENTRE": ("middle", "half"),
+    # the total the next sub-chunk's carry needs anyway); both keep |G - Gm| <= 8 max|g|. "half_tots":
+    # "half" with the four sub-chunks' totals summed from the chunk's gates loaded up front (PREP_GLAST
+    # "load", whose load it reuses), one reduction instead of four
+    "PREP_CENTRE": ("middle", "half", "half_tots"),
     # the preparation's launch order: a head's chunks side by side ("chunks") or a chunk's heads
     # ("heads", whose concurrent programs read the same tokens' rows of q, k, v and g)
     "PREP_ORDER": ("chunks", "heads"),
@@ -168,10 +170,12 @@ def _inv_unit_lower4(n0, n1, n2, n3, SUB: tl.constexpr, PREC: tl.constexpr, STAC
 @triton.jit
 def _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, row0, T, stride_qt, offs_c, K, carry, glast, beta, scale,
                w_ptr, qg_ptr, kd_ptr, s_base, s_row0, DT: tl.constexpr, BK: tl.constexpr, SUB: tl.constexpr,
-               STORE_KD: tl.constexpr, B_BETA: tl.constexpr, CENTRE_HALF: tl.constexpr):
+               STORE_KD: tl.constexpr, B_BETA: tl.constexpr, CENTRE_HALF: tl.constexpr, tot_in,
+               TOT_GIVEN: tl.constexpr):
     """One 16-token sub-chunk, for the channels offs_c: its cumulative gates (carry = G just before
     it), re-centred at Gm: the gate at its middle row, or with CENTRE_HALF (PREP_CENTRE "half") the carry
-    plus half the sub-chunk's total gate, which bounds |G - Gm| as tightly without a row extraction. Stores what the scan needs from it (the gated queries
+    plus half the sub-chunk's total gate, which bounds |G - Gm| as tightly without a row extraction
+    (with TOT_GIVEN that total is tot_in, else summed here). Stores what the scan needs from it (the gated queries
     scale*q*exp(G) and, with STORE_KD, decayed keys k*exp(G_last - G)) and, into the W buffer as scratch,
     B = beta*k*exp(G), the right-hand side of the solve (k*exp(G) without B_BETA: PREP_SOLVE "inverse"
     folds beta into L^-1). Returns the re-centred operands of the
@@ -180,7 +184,10 @@ def _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, row0, T, stride_qt, offs_c, K, carr
     with Gm and the carry for the next sub-chunk."""
     g = _tile(g_ptr, qk_base, row0, T, stride_qt, offs_c, K, SUB).to(tl.float32)  # 0 past T: G stays flat
     G = tl.cumsum(g, axis=0) + carry[None, :]
-    tot = tl.sum(g, axis=0)
+    if TOT_GIVEN:
+        tot = tot_in
+    else:
+        tot = tl.sum(g, axis=0)
     if CENTRE_HALF:  # G runs from carry + g_0 down to carry + tot
         Gm = carry + 0.5 * tot
     else:
@@ -288,7 +295,7 @@ def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_
                     m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3,
                     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, PREP_BK: tl.constexpr,
                     GLAST_CARRY: tl.constexpr, B_BETA: tl.constexpr, STACK_ST: tl.constexpr,
-                    CENTRE_HALF: tl.constexpr):
+                    CENTRE_HALF: tl.constexpr, TOTS: tl.constexpr):
     """PREP_FORM "pairs": A and M pair of sub-chunks by pair of sub-chunks. Stores M (scaled, causal)
     and, per sub-chunk, what the scan needs (_sub_chunk); returns the ten 16 x 16 blocks of A.
     The decayed keys need the chunk's total gate: PREP_GLAST "load" sums it from a load of the whole
@@ -307,27 +314,39 @@ def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_
         carry = tl.zeros([PREP_BK], dtype=tl.float32)
         if GLAST_CARRY:
             glast = carry  # not used before the last sub-chunk
+            tot0, tot1, tot2, tot3 = carry, carry, carry, carry  # not used
         else:  # the chunk's total gate, needed by the decayed keys before the sub-chunks reach the end
-            glast = tl.sum(_tile(g_ptr, qk_base, t0, T, stride_qt, offs_c, K, BT).to(tl.float32), axis=0)
+            g64 = _tile(g_ptr, qk_base, t0, T, stride_qt, offs_c, K, BT).to(tl.float32)
+            if TOTS:  # the four sub-chunks' totals, then theirs
+                tots = tl.sum(tl.reshape(g64, (BT // SUB, SUB, PREP_BK)), axis=1)
+                glast = tl.sum(tots, axis=0)
+                i4 = tl.arange(0, BT // SUB)[:, None]
+                tot0 = tl.sum(tl.where(i4 == 0, tots, 0.0), axis=0)
+                tot1 = tl.sum(tl.where(i4 == 1, tots, 0.0), axis=0)
+                tot2 = tl.sum(tl.where(i4 == 2, tots, 0.0), axis=0)
+                tot3 = tl.sum(tl.where(i4 == 3, tots, 0.0), axis=0)
+            else:
+                glast = tl.sum(g64, axis=0)
+                tot0, tot1, tot2, tot3 = glast, glast, glast, glast  # not used
             tl.store(gl_ptr + gl_base + offs_c, tl.exp(glast))
         kE0, qE0, X0, Gm0, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, offs_c, K, carry,
                                               glast, b0, scale, w_ptr, qg_ptr, kd_ptr, s_base, 0, DT, BK, SUB,
-                                              not GLAST_CARRY, B_BETA, CENTRE_HALF)
+                                              not GLAST_CARRY, B_BETA, CENTRE_HALF, tot0, TOTS)
         a00, m00 = _diag(kE0, qE0, X0, a00, m00)
         kE1, qE1, X1, Gm1, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + SUB, T, stride_qt, offs_c, K,
                                               carry, glast, b1, scale, w_ptr, qg_ptr, kd_ptr, s_base, SUB, DT, BK,
-                                              SUB, not GLAST_CARRY, B_BETA, CENTRE_HALF)
+                                              SUB, not GLAST_CARRY, B_BETA, CENTRE_HALF, tot1, TOTS)
         a11, m11 = _diag(kE1, qE1, X1, a11, m11)
         a10, m10 = _pair(kE1, qE1, X0, Gm1, Gm0, a10, m10)
         kE2, qE2, X2, Gm2, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + 2 * SUB, T, stride_qt, offs_c, K,
                                               carry, glast, b2, scale, w_ptr, qg_ptr, kd_ptr, s_base, 2 * SUB, DT,
-                                              BK, SUB, not GLAST_CARRY, B_BETA, CENTRE_HALF)
+                                              BK, SUB, not GLAST_CARRY, B_BETA, CENTRE_HALF, tot2, TOTS)
         a22, m22 = _diag(kE2, qE2, X2, a22, m22)
         a20, m20 = _pair(kE2, qE2, X0, Gm2, Gm0, a20, m20)
         a21, m21 = _pair(kE2, qE2, X1, Gm2, Gm1, a21, m21)
         kE3, qE3, X3, Gm3, carry = _sub_chunk(q_ptr, k_ptr, g_ptr, qk_base, t0 + 3 * SUB, T, stride_qt, offs_c, K,
                                               carry, glast, b3, scale, w_ptr, qg_ptr, kd_ptr, s_base, 3 * SUB, DT,
-                                              BK, SUB, not GLAST_CARRY, B_BETA, CENTRE_HALF)
+                                              BK, SUB, not GLAST_CARRY, B_BETA, CENTRE_HALF, tot3, TOTS)
         a33, m33 = _diag(kE3, qE3, X3, a33, m33)
         a30, m30 = _pair(kE3, qE3, X0, Gm3, Gm0, a30, m30)
         a31, m31 = _pair(kE3, qE3, X1, Gm3, Gm1, a31, m31)
@@ -559,7 +578,7 @@ def _kda_prep(
     BT: tl.constexpr, SUB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
     PREP_BK: tl.constexpr, PREP_BV: tl.constexpr, PREP_COLUMNS: tl.constexpr, GLAST_CARRY: tl.constexpr,
     INV_PREC: tl.constexpr, SOLVE_INVERSE: tl.constexpr, STACK_INV: tl.constexpr, STACK_ST: tl.constexpr,
-    CENTRE_HALF: tl.constexpr, KBUFS: tl.constexpr, HEADS_FIRST: tl.constexpr,
+    CENTRE_HALF: tl.constexpr, TOTS: tl.constexpr, KBUFS: tl.constexpr, HEADS_FIRST: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     if USE_PDL:  # let the scan grid launch once every program here has started
@@ -604,7 +623,7 @@ def _kda_prep(
         a00, a10, a11, a20, a21, a22, a30, a31, a32, a33 = _products_pairs(
             q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_ptr, qg_ptr, kd_ptr, s_base,
             m_ptr, m_base, gl_ptr, gl_base, b0, b1, b2, b3, BT, SUB, BK, PREP_BK, GLAST_CARRY, not SOLVE_INVERSE,
-            STACK_ST, CENTRE_HALF)
+            STACK_ST, CENTRE_HALF, TOTS)
 
     if SOLVE_INVERSE:
         _solve_inverse(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
@@ -704,7 +723,8 @@ def kda(q, k, v, g, beta, scale):
         PREP_COLUMNS=CONFIG["PREP_FORM"] == "columns", GLAST_CARRY=CONFIG["PREP_GLAST"] == "carry",
         INV_PREC=CONFIG["PREP_INV"], SOLVE_INVERSE=inverse,
         STACK_INV=CONFIG["PREP_STACK"] in ("inverses", "all"), STACK_ST=CONFIG["PREP_STACK"] in ("stores", "all"),
-        CENTRE_HALF=CONFIG["PREP_CENTRE"] == "half", KBUFS=3 if wq else 1,
+        CENTRE_HALF=CONFIG["PREP_CENTRE"] in ("half", "half_tots"),
+        TOTS=CONFIG["PREP_CENTRE"] == "half_tots" and CONFIG["PREP_GLAST"] == "load", KBUFS=3 if wq else 1,
         HEADS_FIRST=heads_first, USE_PDL=pdl, num_warps=CONFIG["PREP_WARPS"],
         **({"maxnreg": CONFIG["PREP_MAXNREG"]} if CONFIG["PREP_MAXNREG"] else {}),
     )
