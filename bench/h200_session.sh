@@ -26,6 +26,9 @@
 #                  `marathon dev` on the same state and follows the run to its report
 #   kda-forms      bench/kda.py --preset forms: the FORMS_PREP / FORMS_SCAN changes to the shipped CONFIG
 #                  timed alone, the pick end to end beside FLA, then judged at B=1,T=8192 (~160 s)
+#   kda-pick-shapes  after kda-forms in the same call: its pick (kda_tune.json's best), if it is not the
+#                  shipped CONFIG, judged against FLA at the three headline shapes in one evaluation
+#                  (pick/kda_tuned_headline.json)
 #   mla-tune       bench/mla_decode.py tune: MLA stage 1 in both FORMs (heads or cache rows as the products'
 #                  M), split counts, merge shapes and PDL, timed as CUDA graphs after an L2 flush (~4.5 min)
 #   mla-breakdown  bench/mla_decode.py breakdown --part configs: B=1 time split between stage 1 and the merge,
@@ -121,6 +124,12 @@ for step in "$@"; do
       timeout 200 python3 bench/mla_decode.py breakdown --part streams --part scaling --out "$out" ;;
     ncu-source-mla)  # per-SASS-instruction warp stall samples of MLA stage 1 alone
       timeout 120 python3 bench/ncu_probe.py --out "$out" --source _mla_split_kernel --problem mla_decode ;;
+    kda-pick-shapes)  # kda-forms' pick at the three headline shapes, unless it is what is shipped
+      best=$(python3 -c "import json,sys; sys.path.insert(0, '.'); from kernels.kda.tuned import CONFIG
+b = json.load(open('$out/kda_tune.json'))['best']; print('' if b == CONFIG else json.dumps(b))")
+      if [ -z "$best" ]; then echo "the pick is the shipped CONFIG: nothing to judge"
+      else mkdir -p "$out/pick"; timeout 320 python3 bench/kda.py eval --kernel tuned --config "$best" --shapes 3 \
+        --budget-s 300 --timeout 280 --out "$out/pick"; fi ;;
     kda-forms)  # FORMS_PREP / FORMS_SCAN of bench/kda.py, the pick end to end beside FLA, then judged at B=1,T=8192
       timeout 270 python3 bench/kda.py all --preset forms --shapes 1 --kernel tuned --budget-s 230 --out "$out" ;;
     ncu-fences)  # which of the sandbox's fences stops ncu's injection (the candidate died with SIGSEGV)
