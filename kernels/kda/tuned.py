@@ -244,18 +244,24 @@ def _inv_unit_lower(N, SUB: tl.constexpr, PREC: tl.constexpr):
 
 
 @triton.jit
+def _diag_inverses(a00, a11, a22, a33, b0, b1, b2, b3, SUB: tl.constexpr, PREC: tl.constexpr,
+                   STACK_INV: tl.constexpr):
+    """The inverses (fp32) of L's four diagonal blocks I + diag(beta_I) A_II, strictly lower parts of A only."""
+    cs = tl.arange(0, SUB)
+    strict = cs[:, None] > cs[None, :]
+    return _inv_unit_lower4(tl.where(strict, a00, 0.0) * b0[:, None], tl.where(strict, a11, 0.0) * b1[:, None],
+                            tl.where(strict, a22, 0.0) * b2[:, None], tl.where(strict, a33, 0.0) * b3[:, None],
+                            SUB, PREC, STACK_INV)
+
+
+@triton.jit
 def _inverse_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, b3,
                     SUB: tl.constexpr, PREC: tl.constexpr, DT: tl.constexpr, STACK_INV: tl.constexpr):
     """PREP_SOLVE "inverse": the ten lower 16 x 16 blocks of T = L^-1, L = I + diag(beta) A, in DT
     (the diagonal ones from fp32 products of precision PREC). With t_II the diagonal blocks' inverses
     and L_IJ = diag(beta_I) A_IJ, row block I of L T = I gives T_IJ = -t_II sum_{J<=P<I} L_IP T_PJ; the
     three first sub-diagonal blocks are independent, so the dependent chain is six small products deep."""
-    cs = tl.arange(0, SUB)
-    strict = cs[:, None] > cs[None, :]
-    t00, t11, t22, t33 = _inv_unit_lower4(tl.where(strict, a00, 0.0) * b0[:, None],
-                                          tl.where(strict, a11, 0.0) * b1[:, None],
-                                          tl.where(strict, a22, 0.0) * b2[:, None],
-                                          tl.where(strict, a33, 0.0) * b3[:, None], SUB, PREC, STACK_INV)
+    t00, t11, t22, t33 = _diag_inverses(a00, a11, a22, a33, b0, b1, b2, b3, SUB, PREC, STACK_INV)
     l10 = (a10 * b1[:, None]).to(DT)
     l20 = (a20 * b2[:, None]).to(DT)
     l21 = (a21 * b2[:, None]).to(DT)
@@ -482,14 +488,9 @@ def _solve_blocks(a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, b0, b1, b2, 
     """PREP_SOLVE "blocks": W = L^-1 B (B parked in the W buffer) and U0 = L^-1 (beta V) by block
     forward substitution, sub-chunk by sub-chunk."""
     DT: tl.constexpr = w_ptr.dtype.element_ty
-    cs = tl.arange(0, SUB)
-    # --- L = I + diag(beta) A, by blocks: inverses of the four diagonal blocks (strictly lower
-    #     parts only), then block forward substitution for W = L^-1 B and U0 = L^-1 (beta V) ---
-    strict = cs[:, None] > cs[None, :]
-    t00, t11, t22, t33 = _inv_unit_lower4(tl.where(strict, a00, 0.0) * b0[:, None],
-                                          tl.where(strict, a11, 0.0) * b1[:, None],
-                                          tl.where(strict, a22, 0.0) * b2[:, None],
-                                          tl.where(strict, a33, 0.0) * b3[:, None], SUB, INV_PREC, STACK_INV)
+    # --- L = I + diag(beta) A, by blocks: inverses of the four diagonal blocks, then block forward
+    #     substitution for W = L^-1 B and U0 = L^-1 (beta V) ---
+    t00, t11, t22, t33 = _diag_inverses(a00, a11, a22, a33, b0, b1, b2, b3, SUB, INV_PREC, STACK_INV)
     t00 = t00.to(DT)
     t11 = t11.to(DT)
     t22 = t22.to(DT)
