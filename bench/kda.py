@@ -65,16 +65,15 @@ SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_ST
 # kda_forms_tune_session7b.json), then 8-warp preparations on the current code (one program per SM
 # without spills, or two under a 128-register cap) and the value solve in two halves: all three slower
 # than the shipped preparation (kda_forms_tune_session7c.json).
-# Session 8: the solve through L^-1 formed explicitly (PREP_SOLVE "inverse") measured slower (544.9
-# against 494.5 us, bench/results/kda_forms_tune_session8a.json), and so did PREP_STACK "all" (505.1 against
-# 497.6 us, kda_forms_tune_session8b.json); its two halves apart, and the re-centring gate without a
-# row extraction (PREP_CENTRE "half"):
-FORMS_PREP = [{}, {"PREP_CENTRE": "half"}, {"PREP_CENTRE": "half_tots"}, {"PREP_STACK": "inverses"},
-              {"PREP_STACK": "stores"}, {"PREP_CENTRE": "half_tots", "PREP_STACK": "inverses"},
-              {"PREP_CENTRE": "half_tots", "PREP_STACK": "all"}, {"PREP_CENTRE": "half", "PREP_GLAST": "carry"}]
-FORMS_SCAN = [{}, {"SCAN_WQ": True}]
-PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_SOLVE", "PREP_STACK", "PREP_CENTRE", "PREP_ORDER",
-              "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
+# Session 8: the solve through L^-1 formed explicitly and the layout conversions cut by stacking tiles
+# measured slower (code gone: kda_forms_tune_session8a.json, kda_forms_tune_session8b.json, and the
+# "inverses"/"stores" rows of kda_forms_tune_session8c.json); the re-centring gate without a row
+# extraction (PREP_CENTRE) and the interleaved scan operands (SCAN_WQ) were shipped from
+# kda_forms_tune_session8c.json. Left: the other PREP_CENTRE values beside the shipped one.
+FORMS_PREP = [{}, {"PREP_CENTRE": "half"}, {"PREP_CENTRE": "middle"}]
+FORMS_SCAN = [{}, {"SCAN_WQ": False}]
+PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_CENTRE", "PREP_ORDER", "PREP_WARPS", "PREP_BK",
+              "PREP_BV", "PREP_MAXNREG")
 SCAN_KNOBS = tuple(SCAN_GRID) + ("SCAN_WQ",)
 SCAN_MANY_KNOBS = tuple(SCAN_MANY_GRID)
 
