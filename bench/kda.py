@@ -65,15 +65,15 @@ SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_ST
 # kda_forms_tune_session7b.json), then 8-warp preparations on the current code (one program per SM
 # without spills, or two under a 128-register cap) and the value solve in two halves: all three slower
 # than the shipped preparation (kda_forms_tune_session7c.json).
-# Session 8: the solve through L^-1 formed explicitly and the layout conversions cut by stacking tiles
-# measured slower (code gone: kda_forms_tune_session8a.json, kda_forms_tune_session8b.json, and the
-# "inverses"/"stores" rows of kda_forms_tune_session8c.json); the re-centring gate without a row
-# extraction (PREP_CENTRE) and the interleaved scan operands (SCAN_WQ) were shipped from
-# kda_forms_tune_session8c.json. Left: the other PREP_CENTRE values beside the shipped one.
+# Session 8: the solve through L^-1 formed explicitly (PREP_SOLVE "inverse") and the tiles stacked to cut
+# layout conversions (PREP_STACK) measured slower (kda_forms_tune_session8a.json, _session8b.json,
+# _session8c.json); the re-centring gates without row reductions (PREP_CENTRE "half_tots") and the
+# interleaved scan operands (SCAN_WQ) were shipped from kda_forms_tune_session8c.json. Left: the shipped
+# CONFIG beside the other two PREP_CENTRE values and without SCAN_WQ.
 FORMS_PREP = [{}, {"PREP_CENTRE": "half"}, {"PREP_CENTRE": "middle"}]
 FORMS_SCAN = [{}, {"SCAN_WQ": False}]
-PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_CENTRE", "PREP_ORDER", "PREP_WARPS", "PREP_BK",
-              "PREP_BV", "PREP_MAXNREG")
+PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_SOLVE", "PREP_STACK", "PREP_CENTRE", "PREP_ORDER",
+              "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
 SCAN_KNOBS = tuple(SCAN_GRID) + ("SCAN_WQ",)
 SCAN_MANY_KNOBS = tuple(SCAN_MANY_GRID)
 

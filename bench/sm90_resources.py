@@ -31,6 +31,7 @@ DEFAULT = ["16,32,4,3", "16,64,4,2", "16,64,8,2", "32,32,8,2", "64,64,8,2", "64,
 # 2 "half_tots"
 KDA_DEFAULT = ["128,128,4", "64,128,4", "128,64,4", "128,128,8"]
 INV_PRECISIONS = ("ieee", "tf32x3", "tf32")
+STACKS = ("none", "inverses", "stores", "all")
 CENTRES = ("middle", "half", "half_tots")
 
 
@@ -90,25 +91,29 @@ def resources(block_h: int, block_n: int, warps: int, stages: int, tokens: int =
 
 
 def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | None = None, columns: bool = False,
-                       glast_carry: bool = False, inv_prec: str = "ieee", centre: str = "middle",
-                       keep_cubin: Path | None = None) -> dict:
+                       glast_carry: bool = False, inv_prec: str = "ieee", inverse: bool = False,
+                       stack: str = "none", centre: str = "middle", keep_cubin: Path | None = None) -> dict:
     """The KDA preparation kernel at K = V = 128 (bf16 inputs, fp32 gates), in PREP_FORM "pairs" or
-    (columns) "columns", PREP_GLAST "load" or (glast_carry) "carry", PREP_CENTRE (centre)."""
+    (columns) "columns", PREP_GLAST "load" or (glast_carry) "carry", PREP_SOLVE "blocks" or (inverse)
+    "inverse", PREP_STACK (stack), PREP_CENTRE (centre)."""
     from kernels.kda import tuned
     sig = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}
     sig.update({"g_ptr": "*fp32", "beta_ptr": "*bf16"})
     sig.update({n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")})
-    sig.update({"gl_ptr": "*fp32"})
+    sig.update({"gl_ptr": "*fp32", "ti_ptr": "*bf16"})
     sig.update({"T": "i32", "H": "i32", "K": "i32", "V": "i32", "NT": "i32", "scale": "fp32"})
     sig.update({n: "constexpr" for n in ("BT", "SUB", "BK", "BVP", "PREP_BK", "PREP_BV", "PREP_COLUMNS",
-                                         "GLAST_CARRY", "INV_PREC", "CENTRE_HALF", "TOTS", "KBUFS",
-                                         "HEADS_FIRST", "USE_PDL")})
+                                         "GLAST_CARRY", "INV_PREC", "SOLVE_INVERSE", "STACK_INV", "STACK_ST",
+                                         "CENTRE_HALF", "TOTS", "KBUFS", "HEADS_FIRST",
+                                         "USE_PDL")})
     consts = {"BT": 64, "SUB": 16, "BK": 128, "BVP": 128, "PREP_BK": prep_bk, "PREP_BV": prep_bv,
               "PREP_COLUMNS": columns, "GLAST_CARRY": glast_carry,
-              "INV_PREC": inv_prec, "CENTRE_HALF": centre != "middle",
+              "INV_PREC": inv_prec, "SOLVE_INVERSE": inverse, "STACK_INV": stack in ("inverses", "all"),
+              "STACK_ST": stack in ("stores", "all"), "CENTRE_HALF": centre != "middle",
               "TOTS": centre == "half_tots" and not glast_carry, "KBUFS": 1, "HEADS_FIRST": False, "USE_PDL": False}
     return {"kernel": "_kda_prep", "PREP_FORM": "columns" if columns else "pairs",
             "PREP_GLAST": "carry" if glast_carry else "load", "PREP_INV": inv_prec,
+            "PREP_SOLVE": "inverse" if inverse else "blocks", "PREP_STACK": stack,
             "PREP_CENTRE": centre, "PREP_BK": prep_bk,
             "PREP_BV": prep_bv, "maxnreg": maxnreg,
             **compiled(tuned._kda_prep, sig, consts, warps, 1, maxnreg,
@@ -119,7 +124,8 @@ def kda_prep_args(variant: str) -> tuple:
     """kda_prep_resources' positional arguments from a variant string (see KDA_DEFAULT's comment)."""
     nums = [int(x) for x in variant.split(",")]
     return (*nums[:3], (nums[3:4] or [0])[0] or None, *(bool(x) for x in nums[4:6]),
-            *(INV_PRECISIONS[x] for x in nums[6:7]), *(CENTRES[x] for x in nums[7:8]))
+            *(INV_PRECISIONS[x] for x in nums[6:7]), *(bool(x) for x in nums[7:8]), *(STACKS[x] for x in nums[8:9]),
+            *(CENTRES[x] for x in nums[9:10]))
 
 
 def kda_scan_resources(bv: int, warps: int, stages: int, wq: int = 0) -> dict:
@@ -139,7 +145,7 @@ def main() -> int:
     ap.add_argument("variants", nargs="*", default=None)
     ap.add_argument("--kda-prep", action="store_true",
                     help="the KDA preparation kernel instead; variants are "
-                    "PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry[,inv[,centre]]]]]")
+                    "PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry[,inv[,solve[,stack[,centre]]]]]]]")
     ap.add_argument("--kda-scan", action="store_true", help="the KDA scan instead; variants are SCAN_BV,warps,stages[,wq]")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()

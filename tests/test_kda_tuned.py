@@ -57,14 +57,18 @@ def tuned():
 
 
 # both ways of forming A and M (PREP_FORM), both ways of getting the chunk's total gate (PREP_GLAST),
-# the three re-centring gates (PREP_CENTRE), and the scan's W, Qg and Kd apart or interleaved (SCAN_WQ)
-@pytest.mark.parametrize("form, glast, centre, wq", [
-    ("pairs", "load", "half_tots", True), ("pairs", "load", "middle", False), ("pairs", "carry", "half", False),
-    ("pairs", "carry", "middle", True), ("columns", "load", "middle", True)])
+# both ways of solving (PREP_SOLVE), with and without the stacked tiles (PREP_STACK), both re-centring
+# gates (PREP_CENTRE), and the scan's W, Qg and Kd apart or interleaved (SCAN_WQ)
+@pytest.mark.parametrize("form, glast, solve, stack, centre, wq", [
+    ("pairs", "load", "blocks", "none", "middle", False), ("pairs", "carry", "blocks", "none", "middle", False),
+    ("columns", "load", "blocks", "none", "middle", False), ("pairs", "load", "blocks", "all", "half_tots", True),
+    ("pairs", "carry", "inverse", "all", "half", False), ("columns", "load", "inverse", "none", "middle", True),
+    ("pairs", "load", "blocks", "none", "half", False), ("pairs", "load", "blocks", "none", "half_tots", True)])
 @pytest.mark.parametrize("case", ["g=-10", "g=0, one key, beta 0.99", "logsigmoid"])
-def test_fp32_against_reference(tuned, case, form, glast, centre, wq, monkeypatch):
+def test_fp32_against_reference(tuned, case, form, glast, solve, stack, centre, wq, monkeypatch):
     from kernels.kda.reference import make_inputs, reference
-    for knob, value in (("PREP_FORM", form), ("PREP_GLAST", glast), ("PREP_CENTRE", centre), ("SCAN_WQ", wq)):
+    for knob, value in (("PREP_FORM", form), ("PREP_GLAST", glast), ("PREP_SOLVE", solve), ("PREP_STACK", stack),
+                        ("PREP_CENTRE", centre), ("SCAN_WQ", wq)):
         monkeypatch.setitem(tuned.CONFIG, knob, value)
     shape = {"B": 2, "T": 70, "H": 4, "K": 32, "V": 32}
     inp = make_inputs(shape, 0, "cpu", torch.float32)

@@ -59,11 +59,11 @@ def test_kda_preparation_and_scan(tmp_path):
     inv = ("ieee", "tf32x3", "tf32").index(KDA["PREP_INV"])
     [prep] = compile_rows(tmp_path, "--kda-prep", f"{KDA['PREP_BK']},{KDA['PREP_BV']},{KDA['PREP_WARPS']},"
                           f"{KDA['PREP_MAXNREG']},{int(KDA['PREP_FORM'] == 'columns')},"
-                          f"{int(KDA['PREP_GLAST'] == 'carry')},{inv},"
+                          f"{int(KDA['PREP_GLAST'] == 'carry')},{inv},{int(KDA['PREP_SOLVE'] == 'inverse')},"
+                          f"{('none', 'inverses', 'stores', 'all').index(KDA['PREP_STACK'])},"
                           f"{('middle', 'half', 'half_tots').index(KDA['PREP_CENTRE'])}")
     fits(prep)
-    assert prep["PREP_INV"] == KDA["PREP_INV"] and prep["PREP_CENTRE"] == KDA["PREP_CENTRE"] and prep["hmma"] > 0, prep
-    [scan] = compile_rows(tmp_path, "--kda-scan",
-                          f"{KDA['SCAN_BV']},{KDA['SCAN_WARPS']},{KDA['SCAN_STAGES']},{int(KDA['SCAN_WQ'])}")
+    assert prep["PREP_INV"] == KDA["PREP_INV"] and prep["PREP_STACK"] == KDA["PREP_STACK"]
+    assert prep["PREP_CENTRE"] == KDA["PREP_CENTRE"] and prep["hmma"] > 0, prep
+    [scan] = compile_rows(tmp_path, "--kda-scan", f"{KDA['SCAN_BV']},{KDA['SCAN_WARPS']},{KDA['SCAN_STAGES']}")
     fits(scan)
-    assert scan["SCAN_WQ"] == KDA["SCAN_WQ"] and scan["hgmma"] > 0, scan
