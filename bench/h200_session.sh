@@ -52,6 +52,8 @@
 # Session 7 (30 device minutes) ran: (1) mla-streams + ncu, (2) mla-breakdown + kda-forms (prefetches),
 # (3) mla-breakdown + kda-forms + kda-shapes (the scan started per head; bf16 MLA workspaces), (4) peaks,
 # (5) kda-forms (8-warp preparations, PREP_BV=64). All measured slower than what is shipped.
+# Session 8 (30 device minutes; six starts refused) ran: (1) kda-forms (PREP_SOLVE "inverse"), (2) kda-forms
+# (PREP_STACK), (3) kda-forms + kda-pick-shapes (PREP_CENTRE, SCAN_WQ: shipped, 1.68x FLA).
 out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc
