@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 # MLA: BLOCK_H,BLOCK_N,warps,stages[,tokens] (tokens 1: FORM "tokens", the transposed products)
 DEFAULT = ["16,32,4,3", "16,64,4,2", "16,64,8,2", "32,32,8,2", "64,64,8,2", "64,32,8,3",
            "16,64,4,2,1", "32,64,4,2,1", "32,64,8,2,1", "64,64,8,2,1", "16,128,8,2,1", "32,128,8,1,1"]
-# KDA: PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry[,inv[,solve[,stack]]]]]] (maxnreg 0: none; columns 1:
+# KDA: PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry[,inv[,solve[,stack[,centre]]]]]]]] (maxnreg 0: none; columns 1:
 # PREP_FORM "columns"; carry 1: PREP_GLAST "carry")
 # [,inv]: PREP_INV, 0 "ieee", 1 "tf32x3", 2 "tf32"; [,solve]: PREP_SOLVE, 0 "blocks", 1 "inverse";
 # [,stack]: PREP_STACK, 0 "none", 1 "inverses", 2 "stores", 3 "all"; [,centre]: PREP_CENTRE, 0 "middle", 1 "half",

@@ -65,5 +65,7 @@ def test_kda_preparation_and_scan(tmp_path):
     fits(prep)
     assert prep["PREP_INV"] == KDA["PREP_INV"] and prep["PREP_STACK"] == KDA["PREP_STACK"]
     assert prep["PREP_CENTRE"] == KDA["PREP_CENTRE"] and prep["hmma"] > 0, prep
-    [scan] = compile_rows(tmp_path, "--kda-scan", f"{KDA['SCAN_BV']},{KDA['SCAN_WARPS']},{KDA['SCAN_STAGES']}")
+    [scan] = compile_rows(tmp_path, "--kda-scan",
+                          f"{KDA['SCAN_BV']},{KDA['SCAN_WARPS']},{KDA['SCAN_STAGES']},{int(KDA['SCAN_WQ'])}")
     fits(scan)
+    assert scan["SCAN_WQ"] == KDA["SCAN_WQ"] and scan["hgmma"] > 0, scan
