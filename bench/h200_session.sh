@@ -26,6 +26,8 @@
 #                  `marathon dev` on the same state and follows the run to its report
 #   kda-forms      bench/kda.py --preset forms: the FORMS_PREP / FORMS_SCAN changes to the shipped CONFIG
 #                  timed alone, the pick end to end beside FLA, then judged at B=1,T=8192 (~160 s)
+#   kda-sweep      KDA tuned on the whole sweep shape set (correctness on the GPU at T not a multiple of the
+#                  chunk and K=V=64, timings, no baselines)
 #   kda-pick-shapes  after kda-forms in the same call: its pick (kda_tune.json's best), if it is not the
 #                  shipped CONFIG, judged against FLA at the three headline shapes in one evaluation
 #                  (pick/kda_tuned_headline.json)
@@ -53,7 +55,8 @@
 # (3) mla-breakdown + kda-forms + kda-shapes (the scan started per head; bf16 MLA workspaces), (4) peaks,
 # (5) kda-forms (8-warp preparations, PREP_BV=64). All measured slower than what is shipped.
 # Session 8 (30 device minutes; six starts refused) ran: (1) kda-forms (PREP_SOLVE "inverse"), (2) kda-forms
-# (PREP_STACK), (3) kda-forms + kda-pick-shapes (PREP_CENTRE, SCAN_WQ: shipped, 1.68x FLA).
+# (PREP_STACK), (3) kda-forms + kda-pick-shapes (PREP_CENTRE, SCAN_WQ: shipped, 1.68x FLA). Next: kda-sweep
+# (never run on a GPU for the tuned kernel: issue 7's last acceptance item).
 out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc
@@ -91,6 +94,9 @@ for step in "$@"; do
         timeout 200 python3 bench/evaluate_kernels.py --problem kda --kernel tuned --shape "$shape,H=32,K=128,V=128" \
           --baseline fla_chunk_kda --tag "${shape//[=,]/_}" --out "$out"
       done ;;
+    kda-sweep)
+      timeout 300 python3 marathon.py eval --problem kda --kernel tuned --device cuda --shapes sweep \
+        --no-baselines --json > "$out/kda_tuned_sweep.json"; echo "eval exit $?" ;;
     mla-sweep)
       timeout 170 python3 marathon.py eval --problem mla_decode --kernel tuned --device cuda --shapes sweep \
         --no-baselines --json > "$out/mla_decode_tuned_sweep.json"; echo "eval exit $?" ;;
