@@ -609,10 +609,7 @@ def _kda_prep(
     TP = NT * BT
     # this chunk in the W, Qg and Kd buffers: [BH, NT, BT, BK] each, or with SCAN_WQ one [BH, NT, 3, BT, BK]
     # (KBUFS = 3), the three pointers offset by BT x BK
-    if KBUFS == 1:
-        s_base = bh.to(tl.int64) * TP * BK + t0 * BK
-    else:
-        s_base = (bh.to(tl.int64) * NT + n) * (KBUFS * BT * BK)
+    s_base = (bh.to(tl.int64) * NT + n) * (KBUFS * BT * BK)
     m_base = bh.to(tl.int64) * TP * BT + t0 * BT
     gl_base = (bh.to(tl.int64) * NT + n) * BK
     cs = tl.arange(0, SUB)
@@ -673,8 +670,9 @@ def _kda_scan(
     for n in range(NT):
         r = n * BT + rows
         if WQ:  # rows BT .. 2 BT past W's are Qg's
-            kk = k_base + n * (KBUFS * BT * BK) + rows[:, None] * BK + offs_k[None, :]
-            wq = tl.load(w_ptr + k_base + n * (KBUFS * BT * BK) + tl.arange(0, 2 * BT)[:, None] * BK + offs_k[None, :])
+            chunk = k_base + n * (KBUFS * BT * BK)
+            kk = chunk + rows[:, None] * BK + offs_k[None, :]
+            wq = tl.load(w_ptr + chunk + tl.arange(0, 2 * BT)[:, None] * BK + offs_k[None, :])
         else:
             kk = k_base + r[:, None] * BK + offs_k[None, :]
             w = tl.load(w_ptr + kk)
