@@ -61,10 +61,10 @@ def test_kda_preparation_and_scan(tmp_path):
                           f"{KDA['PREP_MAXNREG']},{int(KDA['PREP_FORM'] == 'columns')},"
                           f"{int(KDA['PREP_GLAST'] == 'carry')},{inv},{int(KDA['PREP_SOLVE'] == 'inverse')},"
                           f"{('none', 'inverses', 'stores', 'all').index(KDA['PREP_STACK'])},"
-                          f"{('middle', 'half', 'half_tots').index(KDA['PREP_CENTRE'])}")
+                          f"{('middle', 'half', 'half_tots').index(KDA['PREP_CENTRE'])},{int(KDA['SCAN_WQ'])}")
     fits(prep)
     assert prep["PREP_INV"] == KDA["PREP_INV"] and prep["PREP_STACK"] == KDA["PREP_STACK"]
-    assert prep["PREP_CENTRE"] == KDA["PREP_CENTRE"] and prep["hmma"] > 0, prep
+    assert prep["PREP_CENTRE"] == KDA["PREP_CENTRE"] and prep["SCAN_WQ"] == KDA["SCAN_WQ"] and prep["hmma"] > 0, prep
     [scan] = compile_rows(tmp_path, "--kda-scan",
                           f"{KDA['SCAN_BV']},{KDA['SCAN_WARPS']},{KDA['SCAN_STAGES']},{int(KDA['SCAN_WQ'])}")
     fits(scan)
