@@ -28,6 +28,8 @@
 #                  timed alone, the pick end to end beside FLA, then judged at B=1,T=8192 (~160 s)
 #   kda-sweep      KDA tuned on the whole sweep shape set (correctness on the GPU at T not a multiple of the
 #                  chunk and K=V=64, timings, no baselines)
+#   kda-partial    bench/kda_partial_chunks.py: the tuned kernel's error per 16-row block at one-chunk and
+#                  odd lengths, by CONFIG change (~2 min)
 #   kda-pick-shapes  after kda-forms in the same call: its pick (kda_tune.json's best), if it is not the
 #                  shipped CONFIG, judged against FLA at the three headline shapes in one evaluation
 #                  (pick/kda_tuned_headline.json)
@@ -57,6 +59,9 @@
 # Session 8 (30 device minutes; six starts refused) ran: (1) kda-forms (PREP_SOLVE "inverse"), (2) kda-forms
 # (PREP_STACK), (3) kda-forms + kda-pick-shapes (PREP_CENTRE, SCAN_WQ: shipped, 1.68x FLA). Next: kda-sweep
 # (never run on a GPU for the tuned kernel: issue 7's last acceptance item).
+# Session 9: (1) kda-sweep failed at T=63 (rel err 1.16); (2) bench/kda_partial_chunks.py found every
+# one-chunk T from 17 to 64 wrong in bf16 (the scan compiled for NT == 1); fixed by not specializing NT.
+# Then: kda-partial + kda-sweep.
 out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc
@@ -94,9 +99,12 @@ for step in "$@"; do
         timeout 200 python3 bench/evaluate_kernels.py --problem kda --kernel tuned --shape "$shape,H=32,K=128,V=128" \
           --baseline fla_chunk_kda --tag "${shape//[=,]/_}" --out "$out"
       done ;;
-    kda-sweep)
-      timeout 300 python3 marathon.py eval --problem kda --kernel tuned --device cuda --shapes sweep \
+    kda-sweep)  # without baselines: with them it did not finish in 420 s in session 9 (no verdict came back)
+      timeout 480 python3 marathon.py eval --problem kda --kernel tuned --device cuda --shapes sweep \
         --no-baselines --json > "$out/kda_tuned_sweep.json"; echo "eval exit $?" ;;
+    kda-partial)
+      timeout 300 python3 bench/kda_partial_chunks.py --out "$out" --workers 8 > "$out/kda_partial_chunks.txt" 2>&1
+      echo "exit $?"; grep -c "rel 0.00" "$out/kda_partial_chunks.txt"; grep -v "rel 0.00" "$out/kda_partial_chunks.txt" | head -40 ;;
     mla-sweep)
       timeout 170 python3 marathon.py eval --problem mla_decode --kernel tuned --device cuda --shapes sweep \
         --no-baselines --json > "$out/mla_decode_tuned_sweep.json"; echo "eval exit $?" ;;

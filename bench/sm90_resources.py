@@ -4,13 +4,14 @@ headline shapes (pointers and the integer arguments that are multiples of 16 mar
 
     python bench/sm90_resources.py [BLOCK_H,BLOCK_N,warps,stages[,tokens] ...] [--out FILE]   MLA stage 1
     python bench/sm90_resources.py --kda-prep [PREP_BK,PREP_BV,warps ...] [--out FILE]  KDA preparation
-    python bench/sm90_resources.py --kda-scan [SCAN_BV,warps,stages[,wq] ...] [--out FILE]   KDA scan
+    python bench/sm90_resources.py --kda-scan [SCAN_BV,warps,stages[,wq[,nt_aligned]] ...] [--out FILE]   KDA scan
 
 Prints one line per variant and writes the rows as JSON (default: bench/results/mla_decode_sm90_resources.json,
 or kda_prep_sm90_resources.json)."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import subprocess
@@ -71,6 +72,9 @@ def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int 
             "global_ld": len(re.findall(r"\bLDG\b", sass)),
             # every SASS instruction (the kernel's body: offsets in /*0000*/ comments, an opcode after them)
             "instructions": len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+\S", sass, re.M)),
+            # the instructions alone (no addresses, no encodings): equal hashes, the same code
+            "sass_sha1": hashlib.sha1("\n".join(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+([^;]*);", sass, re.M))
+                                      .encode()).hexdigest(),
             "shared_bytes": kernel.metadata.shared}
 
 
@@ -129,16 +133,19 @@ def kda_prep_args(variant: str) -> tuple:
             *(CENTRES[x] for x in nums[9:10]), *(bool(x) for x in nums[10:11]))
 
 
-def kda_scan_resources(bv: int, warps: int, stages: int, wq: int = 0) -> dict:
-    """The KDA scan at K = V = 128 (bf16 operands) with SCAN_BV = bv, SCAN_WQ = bool(wq)."""
+def kda_scan_resources(bv: int, warps: int, stages: int, wq: int = 0, nt_aligned: int = 0) -> dict:
+    """The KDA scan at K = V = 128 (bf16 operands) with SCAN_BV = bv, SCAN_WQ = bool(wq). NT is not
+    specialized by the launcher since session 9 (do_not_specialize); nt_aligned compiles it marked
+    divisible by 16 as it was before, to compare the two (sass_sha1)."""
     from kernels.kda import tuned
     sig = {n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")}
     sig.update({"gl_ptr": "*fp32", "o_ptr": "*bf16", "T": "i32", "H": "i32", "V": "i32", "NT": "i32"})
     sig.update({n: "constexpr" for n in ("BT", "BK", "BV", "BVP", "USE_PDL", "WQ")})
     consts = {"BT": 64, "BK": 128, "BV": bv, "BVP": 128, "USE_PDL": False, "WQ": bool(wq)}
-    return {"kernel": "_kda_scan", "SCAN_BV": bv, "SCAN_WQ": bool(wq),
+    return {"kernel": "_kda_scan", "SCAN_BV": bv, "SCAN_WQ": bool(wq), "NT_aligned": bool(nt_aligned),
             **compiled(tuned._kda_scan, sig, consts, warps, stages,
-                       aligned=tuple(n for n, t in sig.items() if t.startswith("*")) + ("T", "V", "NT"))}
+                       aligned=tuple(n for n, t in sig.items() if t.startswith("*")) + ("T", "V")
+                       + (("NT",) if nt_aligned else ()))}
 
 
 def main() -> int:
@@ -147,7 +154,7 @@ def main() -> int:
     ap.add_argument("--kda-prep", action="store_true",
                     help="the KDA preparation kernel instead; variants are "
                     "PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry[,inv[,solve[,stack[,centre[,wq]]]]]]]]]")
-    ap.add_argument("--kda-scan", action="store_true", help="the KDA scan instead; variants are SCAN_BV,warps,stages[,wq]")
+    ap.add_argument("--kda-scan", action="store_true", help="the KDA scan instead; variants are SCAN_BV,warps,stages[,wq[,nt_aligned]]")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import triton

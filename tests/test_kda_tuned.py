@@ -3,6 +3,7 @@ smoke shapes and at odd tiny ones (T=1, T below and just past a chunk), and chec
 the fp32 reference in fp32 on inputs the evaluator never draws (hard gates, identical keys), with
 knobs set so that every loop of the kernels runs more than once."""
 import importlib.util
+import os
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from kernels.tunables import read_tunables
 
 SPEC = get_problem("kda")
 SOURCE = resolve_kernel(SPEC, "tuned")[1]
+CUDA = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
 
 
 def _verdict(**settings):
@@ -45,11 +47,16 @@ def test_evaluator_odd_shapes():
     assert [s.shape for s in v.shapes] == shapes and all(s.correct and s.seeds == 3 for s in v.shapes)
 
 
-@pytest.fixture(scope="module")
-def tuned():
-    spec = importlib.util.spec_from_file_location("kda_tuned_under_test", SPEC.folder / "tuned.py")
+def _load_tuned(name: str):
+    spec = importlib.util.spec_from_file_location(name, SPEC.folder / "tuned.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def tuned():
+    mod = _load_tuned("kda_tuned_under_test")
     # small steps, so that the channel, value and state-column loops all run several times, and the
     # scan's many-heads settings for a shape with 2 x 4 heads
     mod.CONFIG.update(PREP_BK=16, PREP_BV=16, SCAN_BV=16, MANY_HEADS=8, SCAN_BV_MANY=16)
@@ -82,3 +89,21 @@ def test_fp32_against_reference(tuned, case, form, glast, solve, stack, centre, 
     ref = reference(**inp)
     assert torch.isfinite(out).all()
     assert ((out - ref).norm() / ref.norm()).item() < 1e-3
+
+
+# On a GPU only: the interpreter computes in fp32 and cannot see a bad bf16 compile. The scan compiled
+# for one chunk (NT == 1) gave wrong rows 16-63 on the H200 (session 9) at every T from 17 to 64,
+# while the CPU tests above passed.
+@pytest.mark.skipif(not CUDA, reason="needs a GPU: what failed was the sm_90 bf16 compile")
+@pytest.mark.parametrize("T", [1, 17, 63, 64, 65, 130])
+def test_bf16_on_gpu_one_chunk_and_odd_lengths(T):
+    from kernels.kda.reference import make_inputs, reference
+    mod = _load_tuned("kda_tuned_shipped_gpu")
+    limit = SPEC.tolerances["bfloat16"].rel
+    for seed in range(3):  # the three gate cases
+        inp = make_inputs({"B": 1, "T": T, "H": 4, "K": 128, "V": 128}, seed, "cuda", torch.bfloat16)
+        out = mod.kda(**inp).float()
+        ref = reference(**inp)
+        assert torch.isfinite(out).all()
+        rel = ((out - ref).norm() / ref.norm()).item()
+        assert rel < limit, f"T={T} seed {seed}: rel err {rel:.3g}"

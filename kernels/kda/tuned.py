@@ -51,7 +51,9 @@ import triton.language as tl
 # the preparation 413.1 us against 485.4) and
 # SCAN_WQ (173.9 against 175.9 us) (bench/results/kda_forms_tune_session8c.json); judged end to end
 # 594.4 us against FLA's 996 us at B=1,T=8192, 1.68x, and 1.69x and 1.67x at the other two headline
-# shapes (bench/results/kda_tuned_session8c_B_1_T_8192.json, kda_tuned_session8c_shapes.json).
+# shapes (bench/results/kda_tuned_session8c_B_1_T_8192.json, kda_tuned_session8c_shapes.json). With the
+# scan's NT unspecialized (session 9, below) judged again: 592.4 us against 996.5, 1.68x; 1.69x and 1.68x
+# (kda_tuned_session9_shapes.json); correct on the sweep shape set (kda_tuned_sweep_session9.json).
 TUNABLES = {
     "CHUNK": (64,),
     "PREP_BK": (32, 64, 128),  # channels per step of the preparation (128: one step, fastest measured)
@@ -641,7 +643,13 @@ def _kda_prep(
                       BT, SUB, BK, BVP, PREP_BK, PREP_BV, INV_PREC, STACK_INV, STACK_ST)
 
 
-@triton.jit
+# NT is not specialized: Triton's launcher makes an integer argument equal to 1 a constant, and the
+# scan compiled for NT == 1 (SCAN_BV 32, 4 warps, bf16) gave wrong output rows 16-63 on the H200 in
+# session 9 (one chunk, T = 17..64: rel err 0.26 to 1.25; NT >= 2, fp32 and the 8-warp scan were right;
+# bench/results/kda_partial_chunks_session9a.json; right after this change: kda_partial_chunks_session9b.json).
+# Unspecialized, one compile serves every NT; its sm_90 SASS is the one the headline shapes ran before
+# (NT marked divisible by 16 or not: the same instructions, kda_scan_sm90_resources_session9.json).
+@triton.jit(do_not_specialize=["NT"])
 def _kda_scan(
     w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr,
     T, H, V, NT,
