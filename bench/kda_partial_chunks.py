@@ -7,7 +7,8 @@ chunk, so that a failure shows which sub-chunk it is in.
 Runs the kernels (our own sources, not candidates) in worker processes, one job (a source and a CONFIG
 change, all its shapes and seeds) each, so that the compiles run in parallel. A fault does not stay in
 its process on the H200 we are lent: in session 9 pure-torch jobs running beside older tuned.py
-sources failed with "illegal memory access" too, so run a source that may fault on its own (--workers 1). Writes DIR/kda_partial_chunks.json with the host facts."""
+sources failed with "illegal memory access" too, so run a source that may fault on its own (--workers 1).
+Writes DIR/kda_partial_chunks.json with the host facts."""
 from __future__ import annotations
 
 import argparse
@@ -60,7 +61,8 @@ def run_job(job: tuple[str, dict, list[dict], list[str], str]) -> list[dict]:
     for shape in shapes:
         for dtype in dtypes:
             for seed in range(3):
-                row = {"source": source if source in BASELINES else Path(source).name, "change": change, "shape": shape, "dtype": dtype, "seed": seed}
+                name = source if source in BASELINES else Path(source).name
+                row = {"source": name, "change": change, "shape": shape, "dtype": dtype, "seed": seed}
                 try:
                     inp = make_inputs(shape, seed, device, getattr(torch, dtype))
                     out = fn(**inp).float()

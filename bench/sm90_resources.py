@@ -4,7 +4,7 @@ headline shapes (pointers and the integer arguments that are multiples of 16 mar
 
     python bench/sm90_resources.py [BLOCK_H,BLOCK_N,warps,stages[,tokens] ...] [--out FILE]   MLA stage 1
     python bench/sm90_resources.py --kda-prep [PREP_BK,PREP_BV,warps ...] [--out FILE]  KDA preparation
-    python bench/sm90_resources.py --kda-scan [SCAN_BV,warps,stages[,wq[,nt_aligned]] ...] [--out FILE]   KDA scan
+    python bench/sm90_resources.py --kda-scan [SCAN_BV,warps,stages[,wq[,nt_aligned]] ...] [--out FILE]  KDA scan
 
 Prints one line per variant and writes the rows as JSON (default: bench/results/mla_decode_sm90_resources.json,
 or kda_prep_sm90_resources.json)."""
@@ -154,7 +154,8 @@ def main() -> int:
     ap.add_argument("--kda-prep", action="store_true",
                     help="the KDA preparation kernel instead; variants are "
                     "PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry[,inv[,solve[,stack[,centre[,wq]]]]]]]]]")
-    ap.add_argument("--kda-scan", action="store_true", help="the KDA scan instead; variants are SCAN_BV,warps,stages[,wq[,nt_aligned]]")
+    ap.add_argument("--kda-scan", action="store_true",
+                    help="the KDA scan instead; variants are SCAN_BV,warps,stages[,wq[,nt_aligned]]")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import triton

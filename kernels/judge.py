@@ -461,7 +461,8 @@ class Judge:
         for _ in range(max(self.req.probe_shapes, 0)):
             for _attempt in range(20):
                 shape = dict(asked[0])
-                shape.update({d: probe_value(self.rng, lo, hi, d in LOG_DRAWN_DIMS) for d, (lo, hi) in ranges.items()})
+                shape.update({d: probe_value(self.rng, lo, hi, d in LOG_DRAWN_DIMS)
+                              for d, (lo, hi) in ranges.items()})
                 try:
                     shape = self.spec.shape(shape)
                 except ValueError:
