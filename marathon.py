@@ -134,7 +134,8 @@ def spec_from_args(args: argparse.Namespace):
                                    target_speedup=args.target_speedup),
                    eval=EvalSettings(device=args.device, shapes=args.shapes,
                                      shape_list=[spec.shape(parse_shape(s)) for s in args.shape],
-                                     timeout_s=args.timeout, parallel=args.parallel),
+                                     timeout_s=args.timeout, parallel=args.parallel,
+                                     sweep_best=not args.no_sweep_check),
                    hints=list(args.hint), compact_every=args.compact_every, context_budget=args.context_budget,
                    gpu_task_queue=args.gpu_task_queue)
 
@@ -152,6 +153,10 @@ def _report_table(rep) -> str:
         b = rep.best
         sp = f"{b.speedup:.3f}x against the strongest baseline" if b.speedup is not None else "no baseline timed"
         lines += [f"  best: attempt {b.attempt}, {sp} (sha256 {b.sha256[:12]})", "", _table(b.verdict)]
+        if rep.best_sweep is not None:
+            sw = rep.best_sweep
+            lines.append("  sweep shapes (correctness): " + ("correct on every shape" if sw.status == "ok"
+                                                             else f"{sw.status}: {sw.reason}"))
     tried = [a for a in rep.ledger if a.evals]
     if tried:
         lines += ["", "  attempts:"]
@@ -430,6 +435,8 @@ def _add_spec_flags(run) -> None:
     run.add_argument("--parallel", type=int, default=1,
                      help="tuner: configurations profiled at once, one per GPU worker (`marathon dev --gpus auto` "
                           "starts one per GPU; an embedded run has one)")
+    run.add_argument("--no-sweep-check", action="store_true",
+                     help="do not test the best kernel on the problem's sweep shapes after the run (a CUDA run does)")
     run.add_argument("--hint", action="append", default=[], help="a hint for the model (repeatable)")
     run.add_argument("--compact-every", type=int, default=40, help="tool calls between compactions")
     run.add_argument("--context-budget", type=int, default=48000, help="tokens a prompt may use")

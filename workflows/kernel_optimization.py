@@ -99,12 +99,43 @@ class KernelOptimization:
             self.turns_this_segment += 1
         if st.policy == "tuner" and st.window:
             await self._compact()  # the tuner's memory: what it tried, what won
+        if workflow.patched(names.PATCH_SWEEP_BEST):
+            await self._sweep_best()
         self.step = "finished"
         await self._notebook(f"finished: {st.stop_reason}; {self._best_line()}; {st.tool_calls} tool calls, "
                              f"{len(st.attempts)} attempts, {st.segment} continue-as-new, {st.compactions} compactions")
         self._upsert_search_attributes(force=True)
         self._details()
         return self._report()
+
+    async def _sweep_best(self) -> None:
+        """Test the kernel handed back for correctness on the problem's sweep shapes, once, on a GPU
+        worker. The run's evaluations saw their own shapes and one random probe each, and a kernel can
+        be fast there and wrong elsewhere: the shipped KDA kernel was wrong at every one-chunk length
+        until session 9. Skipped where the best was judged on a CPU (sweep shapes are GPU-sized), where
+        the run was already judged on the sweep, and when a stop was asked for."""
+        st, spec = self.state, self.spec
+        b = st.best
+        if not spec.eval.sweep_best or b is None or st.best_sweep is not None or st.setup is None:
+            return
+        if b.verdict.device != "cuda" or spec.eval.shapes == "sweep" or st.stop_requested:
+            return
+        self.step = f"testing the best (attempt {b.attempt}) on the sweep shapes"
+        settings = spec.eval.model_copy(update={"shapes": "sweep", "shape_list": [], "baselines": False, "ncu": False})
+        try:
+            res: EvalResult = await workflow.execute_activity(
+                names.TEST_KERNEL, EvalInput(tool=names.TEST_KERNEL, problem=st.setup.problem, attempt=b.attempt,
+                                             source=b.source, settings=settings, output_cap=spec.tool_output_cap),
+                result_type=EvalResult, **self._opts(f"test the best, attempt {b.attempt}, on the sweep shapes",
+                                                     gpu=True))
+        except ActivityError as err:  # e.g. a problem without a sweep set: the notebook says so, the run ends
+            await self._notebook(f"sweep check of the best (attempt {b.attempt}) did not run: "
+                                 f"{_short(str(err.cause or err), 200)}")
+            return
+        st.best_sweep = res.digest
+        verdict = "correct on every sweep shape" if res.digest.status == "ok" else (
+            f"{res.digest.status}: {_short(res.digest.reason, 200)}")
+        await self._notebook(f"sweep check of the best (attempt {b.attempt}): {verdict}")
 
     async def _wait_if_paused(self) -> None:
         """A pause takes effect between tool calls: the one running finishes, the next waits for resume."""
@@ -627,7 +658,7 @@ class KernelOptimization:
                          stop_reason=st.stop_reason or "", tool_calls=st.tool_calls, turns=st.turns,
                          attempts=len(st.attempts), continue_as_new=st.segment, compactions=st.compactions,
                          hours=round(self._hours_used(), 4), tokens=st.tokens, best=best,
-                         segment_history_bytes=st.segment_histories, ledger=st.attempts, notes=st.notes,
+                         best_sweep=st.best_sweep, segment_history_bytes=st.segment_histories, ledger=st.attempts, notes=st.notes,
                          memory=st.memory)
 
     def _status(self) -> RunStatus:

@@ -63,6 +63,9 @@ class EvalSettings(BaseModel):
     # tuner: configurations profiled at once. Set it to the number of GPU workers serving the run's
     # GPU queue (`marathon dev --gpus auto` starts one per GPU); each takes one evaluation at a time.
     parallel: int = Field(default=1, ge=1, le=64)
+    # after the run, the best kernel tested (correctness only) on the problem's sweep shapes by a CUDA
+    # worker: the run's evaluations see their shapes and one random probe each
+    sweep_best: bool = True
 
 
 class RunSpec(BaseModel):
@@ -215,6 +218,7 @@ class RunState(BaseModel):
     current: int | None = None  # the attempt compile/test/profile act on
     current_source: SourceRef | None = None
     best: BestKernel | None = None
+    best_sweep: EvalDigest | None = None  # EvalSettings.sweep_best's verdict, once the run has finished
     ledger: list[ToolCallRecord] = Field(default_factory=list)
     ledger_pruned: int = 0  # the oldest ledger entries dropped to keep the carried state small
     notes: list[str] = Field(default_factory=list)
@@ -290,6 +294,7 @@ class RunReport(BaseModel):
     hours: float
     tokens: TokenUsage
     best: BestReport | None
+    best_sweep: EvalDigest | None = None  # the best kernel tested on the sweep shapes after the run
     segment_history_bytes: list[int] = Field(default_factory=list)
     ledger: list[Attempt] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)

@@ -18,6 +18,9 @@ WRITE_KERNEL, EDIT_KERNEL, SHOW_KERNEL, LIST_ATTEMPTS, NOTE = (
 # activities on GPU_TASK_QUEUE
 COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL = "compile_kernel", "test_kernel", "profile_kernel"
 
+# workflow.patched() ids: histories recorded before a change replay without it
+PATCH_SWEEP_BEST = "sweep-check-of-the-best"
+
 # custom search attributes: `marathon dev` registers them; the Web UI filters runs by them, e.g.
 #   MarathonProblem = "kda" AND MarathonBestSpeedup > 1.2
 SA_PROBLEM = SearchAttributeKey.for_keyword("MarathonProblem")

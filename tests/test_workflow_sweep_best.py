@@ -1,0 +1,88 @@
+"""After a run, the best kernel is tested on the problem's sweep shapes by a GPU worker, and the report
+and the notebook say what came of it. CI has no GPU, so the GPU queue here is served by a stand-in that
+runs the real evaluator on the CPU and labels its verdicts "cuda", and answers the sweep test itself
+(the sweep's shapes are GPU-sized) with a wrong answer."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from pathlib import Path
+
+import pytest
+from temporalio import activity
+from temporalio.worker import Worker
+
+from activities import evaluation
+from activities.artifacts import ArtifactStore
+from marathon_support import queues, start, temporal_server, workers  # noqa: F401
+from workflows import names
+from workflows.models import Budgets, EvalInput, EvalResult, EvalSettings, RunSpec, RunStatus
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
+
+
+class GpuStandIn:
+    def __init__(self, store: ArtifactStore) -> None:
+        self.store = store
+        self.sweep_calls: list[EvalInput] = []
+        self.last: EvalResult | None = None
+        self.lock = threading.Lock()
+
+    def evaluate(self, inp: EvalInput) -> EvalResult:
+        if inp.settings.shapes == "sweep":
+            with self.lock:
+                self.sweep_calls.append(inp)
+            wrong = self.last.verdict.model_copy(update={"status": "incorrect", "mode": "test",
+                                                         "reason": "wrong answer at B=1,S=63 (stand-in)"})
+            return EvalResult(text="incorrect", verdict=wrong, digest=evaluation.digest(inp.tool, wrong, None))
+        res = evaluation.run_eval(inp, self.store, cache=None)
+        self.last = res.model_copy(update={"verdict": res.verdict.model_copy(update={"device": "cuda"})})
+        return self.last
+
+    def activities(self) -> list:
+        def make(name: str):
+            @activity.defn(name=name)
+            def run(inp: EvalInput) -> EvalResult:
+                return self.evaluate(inp)
+            return run
+        return [make(n) for n in (names.COMPILE_KERNEL, names.TEST_KERNEL, names.PROFILE_KERNEL)]
+
+
+def test_the_best_is_tested_on_the_sweep(temporal_server, tmp_path):
+    asyncio.run(_sweep(temporal_server.address, tmp_path))
+
+
+async def _run(address: str, tmp_path: Path, sweep_best: bool):
+    tq, gq = queues()
+    stand_in = GpuStandIn(ArtifactStore(tmp_path / "gpu"))
+    # 3 tool calls: the start's profile, then one configuration (a write and a profile)
+    spec = RunSpec(problem="mla_decode", budgets=Budgets(max_tool_calls=3),
+                   eval=EvalSettings(device="cpu", sweep_best=sweep_best), gpu_task_queue=gq)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:
+        async with workers(address, tq, gq, tmp_path / "control", gpu=False) as client:
+            gpu = Worker(client, task_queue=gq, activities=stand_in.activities(), activity_executor=ex,
+                         max_concurrent_activities=1)
+            async with gpu:
+                handle = await start(client, spec, tq)
+                report = await handle.result()
+                status = await handle.query("status", result_type=RunStatus)
+    return report, status, stand_in
+
+
+async def _sweep(address, tmp_path):
+    report, status, stand_in = await _run(address, tmp_path / "on", sweep_best=True)
+    assert report.best is not None and report.best.verdict.device == "cuda"
+    [call] = stand_in.sweep_calls  # once, after the run, of the best
+    assert call.tool == names.TEST_KERNEL and call.attempt == report.best.attempt
+    assert call.source.sha256 == report.best.sha256
+    assert call.settings.baselines is False and call.settings.ncu is False and call.settings.shape_list == []
+    assert report.best_sweep is not None and report.best_sweep.status == "incorrect"
+    assert "S=63 (stand-in)" in report.best_sweep.reason
+    assert report.tool_calls == 3  # the check is not one of the run's tool calls
+    line = f"sweep check of the best (attempt {report.best.attempt}): incorrect"
+    assert any(n.startswith(line) for n in status.notebook), status.notebook
+
+    report, status, stand_in = await _run(address, tmp_path / "off", sweep_best=False)
+    assert report.best is not None and stand_in.sweep_calls == [] and report.best_sweep is None
+    assert not any("sweep check" in n for n in status.notebook)
