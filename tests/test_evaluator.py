@@ -196,10 +196,10 @@ def test_probe_lengths_favour_short_sequences():
     log_draws = [probe_value(rng, lo, hi, True) for _ in range(4000)]
     uniform_draws = [probe_value(rng, lo, hi, False) for _ in range(4000)]
     assert all(lo <= t <= hi for t in log_draws + uniform_draws)
-    assert min(log_draws) == lo and max(log_draws) > hi * 0.9
+    assert min(log_draws) == 2 and max(log_draws) > hi * 0.9  # never a single token (softmax of one key is 1)
 
     def short(draws):
         return sum(17 <= t <= 64 for t in draws) / len(draws)
 
-    assert 0.12 < short(log_draws) < 0.26, short(log_draws)  # ln(65/17) / ln(1501) = 0.18
+    assert 0.14 < short(log_draws) < 0.28, short(log_draws)  # ln(65/17) / ln(1501/2) = 0.20
     assert short(uniform_draws) < 0.06
