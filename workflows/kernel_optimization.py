@@ -658,8 +658,8 @@ class KernelOptimization:
                          stop_reason=st.stop_reason or "", tool_calls=st.tool_calls, turns=st.turns,
                          attempts=len(st.attempts), continue_as_new=st.segment, compactions=st.compactions,
                          hours=round(self._hours_used(), 4), tokens=st.tokens, best=best,
-                         best_sweep=st.best_sweep, segment_history_bytes=st.segment_histories, ledger=st.attempts, notes=st.notes,
-                         memory=st.memory)
+                         best_sweep=st.best_sweep, segment_history_bytes=st.segment_histories, ledger=st.attempts,
+                         notes=st.notes, memory=st.memory)
 
     def _status(self) -> RunStatus:
         st = self.state
