@@ -59,9 +59,10 @@
 # Session 8 (30 device minutes; six starts refused) ran: (1) kda-forms (PREP_SOLVE "inverse"), (2) kda-forms
 # (PREP_STACK), (3) kda-forms + kda-pick-shapes (PREP_CENTRE, SCAN_WQ: shipped, 1.68x FLA). Next: kda-sweep
 # (never run on a GPU for the tuned kernel: issue 7's last acceptance item).
-# Session 9: (1) kda-sweep failed at T=63 (rel err 1.16); (2) bench/kda_partial_chunks.py found every
-# one-chunk T from 17 to 64 wrong in bf16 (the scan compiled for NT == 1); fixed by not specializing NT.
-# Then: kda-partial + kda-sweep.
+# Session 9 ran: (1) kda-sweep, failed at T=63 (rel err 1.16); (2) bench/kda_partial_chunks.py, every one-chunk
+# T from 17 to 64 wrong in bf16 (the scan compiled for NT == 1), fixed by not specializing NT; (3) kda-partial
+# + kda-sweep (with baselines: no verdict in 420 s); (4) kda-sweep (correct); (5) bench/kda.py eval --shapes 3
+# (1.68x, 1.69x, 1.68x FLA); (6) the GPU test of tests/test_kda_tuned.py, with and without the fix.
 out=${1:?output dir}; shift
 bash .device-bundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 MARATHON_TRITON_CACHE=/tmp/marathon-tc
