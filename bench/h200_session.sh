@@ -28,6 +28,8 @@
 #                  timed alone, the pick end to end beside FLA, then judged at B=1,T=8192 (~160 s)
 #   kda-sweep      KDA tuned on the whole sweep shape set (correctness on the GPU at T not a multiple of the
 #                  chunk and K=V=64, timings, no baselines)
+#   kda-scan-nt1   bench/kda_scan_nt1.py: the scan alone on one chunk, NT specialized and not (session 9's
+#                  miscompile in its smallest known form, toward an upstream report; not yet run on a GPU)
 #   kda-partial    bench/kda_partial_chunks.py: the tuned kernel's error per 16-row block at one-chunk and
 #                  odd lengths, by CONFIG change (~2 min)
 #   kda-pick-shapes  after kda-forms in the same call: its pick (kda_tune.json's best), if it is not the
@@ -103,6 +105,8 @@ for step in "$@"; do
     kda-sweep)  # without baselines: with them it did not finish in 420 s in session 9 (no verdict came back)
       timeout 480 python3 marathon.py eval --problem kda --kernel tuned --device cuda --shapes sweep \
         --no-baselines --json > "$out/kda_tuned_sweep.json"; echo "eval exit $?" ;;
+    kda-scan-nt1)
+      timeout 200 python3 bench/kda_scan_nt1.py --out "$out" ;;
     kda-partial)
       timeout 300 python3 bench/kda_partial_chunks.py --out "$out" --workers 8 > "$out/kda_partial_chunks.txt" 2>&1
       echo "exit $?"; grep -c "rel 0.00" "$out/kda_partial_chunks.txt"; grep -v "rel 0.00" "$out/kda_partial_chunks.txt" | head -40 ;;
