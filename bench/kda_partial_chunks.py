@@ -25,7 +25,9 @@ TUNED = ROOT / "kernels" / "kda" / "tuned.py"
 FULL = {"B": 1, "H": 32, "K": 128, "V": 128}
 # T below, at and past a chunk (64) and a sub-chunk (16); the sweep's odd lengths; one chunk-aligned
 SHAPES = [{**FULL, "T": t} for t in (1, 2, 4, 16, 17, 32, 48, 49, 63, 64, 65, 127, 1000, 2049, 1024)] + [
-    {"B": 1, "T": 4095, "H": 8, "K": 64, "V": 64}, {"B": 1, "T": 64, "H": 8, "K": 64, "V": 64}]
+    {"B": 1, "T": 4095, "H": 8, "K": 64, "V": 64}, {"B": 1, "T": 64, "H": 8, "K": 64, "V": 64},
+    # H = 1 is made a constant by the launcher too (not yet run on a GPU)
+    {"B": 2, "T": 63, "H": 1, "K": 128, "V": 128}, {"B": 2, "T": 1000, "H": 1, "K": 128, "V": 128}]
 # one knob of the shipped CONFIG changed at a time, at a few lengths
 CHANGES = [{"PREP_CENTRE": "middle"}, {"PREP_CENTRE": "half"}, {"SCAN_WQ": False}, {"PREP_GLAST": "carry"},
            {"SCAN_STAGES": 1}, {"PREP_INV": "ieee"}, {"MANY_HEADS": 1}, {"PREP_ORDER": "heads"},
