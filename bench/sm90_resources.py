@@ -62,6 +62,9 @@ def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int 
             Path(keep_cubin).write_bytes(kernel.asm["cubin"])
         usage = subprocess.run([str(tools / "cuobjdump"), "-res-usage", str(cubin)], capture_output=True, text=True).stdout
         sass = subprocess.run([str(tools / "cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True).stdout
+    # every SASS instruction of the kernel's body (offsets in /*0000*/ comments, then the instruction up
+    # to its ';', without addresses or encodings)
+    body = re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+(\S[^;\n]*);", sass, re.M)
     reg = re.search(r"REG:(\d+)", usage)
     stack = re.search(r"STACK:(\d+)", usage)
     return {"num_warps": warps, "num_stages": stages,
@@ -70,11 +73,8 @@ def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int 
             "hgmma": len(re.findall(r"\bHGMMA", sass)), "barriers": len(re.findall(r"\bBAR\.", sass)),
             "shared_ld_st": len(re.findall(r"\b(?:LDS|STS|LDSM)\b", sass)),
             "global_ld": len(re.findall(r"\bLDG\b", sass)),
-            # every SASS instruction (the kernel's body: offsets in /*0000*/ comments, an opcode after them)
-            "instructions": len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+\S", sass, re.M)),
-            # the instructions alone (no addresses, no encodings): equal hashes, the same code
-            "sass_sha1": hashlib.sha1("\n".join(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+([^;]*);", sass, re.M))
-                                      .encode()).hexdigest(),
+            "instructions": len(body),
+            "sass_sha1": hashlib.sha1("\n".join(body).encode()).hexdigest(),  # equal hashes: the same code
             "shared_bytes": kernel.metadata.shared}
 
 
