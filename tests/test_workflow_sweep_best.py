@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
 from pathlib import Path
 
 import pytest
@@ -26,13 +25,11 @@ class GpuStandIn:
     def __init__(self, store: ArtifactStore) -> None:
         self.store = store
         self.sweep_calls: list[EvalInput] = []
-        self.last: EvalResult | None = None
-        self.lock = threading.Lock()
+        self.last: EvalResult | None = None  # one evaluation at a time (max_concurrent_activities=1)
 
     def evaluate(self, inp: EvalInput) -> EvalResult:
         if inp.settings.shapes == "sweep":
-            with self.lock:
-                self.sweep_calls.append(inp)
+            self.sweep_calls.append(inp)
             wrong = self.last.verdict.model_copy(update={"status": "incorrect", "mode": "test",
                                                          "reason": "wrong answer at B=1,S=63 (stand-in)"})
             return EvalResult(text="incorrect", verdict=wrong, digest=evaluation.digest(inp.tool, wrong, None))

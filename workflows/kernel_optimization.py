@@ -116,7 +116,7 @@ class KernelOptimization:
         the run was already judged on the sweep, and when a stop was asked for."""
         st, spec = self.state, self.spec
         b = st.best
-        if not spec.eval.sweep_best or b is None or st.best_sweep is not None or st.setup is None:
+        if not spec.eval.sweep_best or b is None or st.setup is None:
             return
         if b.verdict.device != "cuda" or spec.eval.shapes == "sweep" or st.stop_requested:
             return
