@@ -24,6 +24,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel, ValidationError
+
     from activities.compaction import CompactInput, CompactResult
     from compaction.memory import AttemptDigest, Goal, LiveFigures, empty_memory
     from compaction.memory import BestKernel as MemoryBest
@@ -33,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from kernels.tunables import TunablesError, with_config
     from workflows import names
     from workflows.models import (EVAL_TOOLS, AgentTurnInput, AgentTurnResult, Attempt, BestKernel, BestReport,
-                                  EditInput, EvalInput, EvalResult, Extension, ListInput, NotebookEntry,
+                                  EditInput, EvalInput, EvalResult, Extension, ListInput, describe_invalid, NotebookEntry,
                                   NoteInput, PrepareInput, RunReport, RunSetup, RunSpec, RunState, RunStatus,
                                   ShowInput, SourceRef, ToolCallRecord, ToolResult, TunerTrial, WriteInput)
     from workflows.toolspec import TOOLS, parse_call
@@ -63,10 +65,44 @@ def _shapes_text(setup: RunSetup) -> str:
     return shapes or "smoke on a CPU worker, bench on a CUDA worker"
 
 
+def _parse_spec(raw: Any) -> RunSpec:
+    """The input, validated here rather than by the data converter: a converter's error fails only the
+    workflow task, which Temporal retries for ever; this error fails the run at once, saying why."""
+    if isinstance(raw, RunSpec):
+        return raw
+    try:
+        return RunSpec.model_validate(raw)
+    except ValidationError as err:
+        raise ApplicationError(f"bad run input: {describe_invalid(err)}", type="BadRunSpec",
+                               non_retryable=True) from None
+
+
+def _parse_update(model: type[BaseModel], raw: Any, name: str) -> Any:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        raise ValueError(f"bad {name} payload: {describe_invalid(err)}") from None
+
+
+def _text_arg(raw: Any, name: str, limit: int) -> str:
+    if not isinstance(raw, str):
+        raise ValueError(f"bad {name} payload: a string is needed (got {type(raw).__name__})")
+    if len(raw) > limit:
+        raise ValueError(f"bad {name} payload: {len(raw)} characters, at most {limit}")
+    return raw
+
+
+MAX_HINT_CHARS = 8000  # a hint lives in the history and in every later prompt
+MAX_STOP_REASON_CHARS = 500
+
+
 @workflow.defn(name=names.WORKFLOW_TYPE)
 class KernelOptimization:
+    # The input and the update payloads arrive as plain JSON (`Any`) and are validated by the workflow
+    # itself: see _parse_spec. A RunSpec passed by a client serializes to the same JSON.
     @workflow.init
-    def __init__(self, spec: RunSpec) -> None:
+    def __init__(self, spec: Any = None) -> None:
+        spec = _parse_spec(spec)
         self.spec = spec.model_copy(update={"carry": None})
         self.state = spec.carry or RunState(policy=spec.resolved_policy(), budget_hours=spec.budgets.hours,
                                        budget_tool_calls=spec.budgets.max_tool_calls,
@@ -78,7 +114,7 @@ class KernelOptimization:
 
     # ------------------------------------------------------------------------------------ run
     @workflow.run
-    async def run(self, spec: RunSpec) -> RunReport:
+    async def run(self, spec: Any = None) -> RunReport:
         st = self.state
         if st.setup is None:
             await self._start()
@@ -696,9 +732,13 @@ class KernelOptimization:
         return self.state.ledger
 
     @workflow.update
-    def stop(self, reason: str = "") -> str:
+    def stop(self, reason: Any = "") -> str:
         self.state.stop_requested = reason or "asked to stop"
         return f"stopping after the current tool call ({self.state.tool_calls} done)"
+
+    @stop.validator
+    def _validate_stop(self, reason: Any = "") -> None:
+        _text_arg(reason, "stop", MAX_STOP_REASON_CHARS)
 
     @workflow.update
     def pause(self) -> str:
@@ -717,7 +757,7 @@ class KernelOptimization:
         return "running"
 
     @workflow.update
-    def hint(self, text: str) -> str:
+    def hint(self, text: Any) -> str:
         st = self.state
         st.hints.append(text)
         st.pending_hints.append(text)
@@ -726,12 +766,13 @@ class KernelOptimization:
         return f"hint {len(st.hints)} recorded; the model sees it on its next turn"
 
     @hint.validator
-    def _validate_hint(self, text: str) -> None:
-        if not text or not text.strip():
+    def _validate_hint(self, text: Any) -> None:
+        if not _text_arg(text, "hint", MAX_HINT_CHARS).strip():
             raise ValueError("an empty hint")
 
     @workflow.update
-    def extend(self, ext: Extension) -> RunStatus:
+    def extend(self, ext: Any) -> RunStatus:
+        ext = _parse_update(Extension, ext, "extend")
         st = self.state
         st.budget_hours += ext.hours
         st.budget_tool_calls += ext.tool_calls
@@ -740,6 +781,5 @@ class KernelOptimization:
         return self._status()
 
     @extend.validator
-    def _validate_extend(self, ext: Extension) -> None:
-        if ext.hours < 0 or ext.tool_calls < 0:
-            raise ValueError("an extension cannot shrink the budget")
+    def _validate_extend(self, ext: Any) -> None:
+        _parse_update(Extension, ext, "extend")  # Extension's constraints: it adds, never takes away

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from compaction.memory import AttemptDigest, Memory
 from kernels.verdict import Verdict
@@ -24,42 +24,59 @@ EVAL_MODES = {"compile_kernel": "compile", "test_kernel": "test", "profile_kerne
 
 
 # ------------------------------------------------------------------------------------------ input
-class ModelSettings(BaseModel):
+# The constraints below are the one place the run's numbers are checked: the workflow refuses a spec
+# that breaks one (failing at once, naming the field), and the CLI builds its spec through them too.
+class _Input(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=False)  # an infinite or NaN budget or timeout is a typo
+
+
+def describe_invalid(err: ValidationError, prefix: str = "") -> str:
+    """One line naming each bad field and what is wrong with it, e.g.
+    `budgets.hours: Input should be greater than 0 (got -1)`."""
+    parts = []
+    for e in err.errors():
+        where = prefix + ".".join(str(x) for x in e["loc"]) if e["loc"] else (prefix.rstrip(".") or "input")
+        got = repr(e["input"])
+        parts.append(f"{where}: {e['msg']}" + (f" (got {got[:60]})" if not isinstance(e["input"], dict) else ""))
+    return "; ".join(parts)
+
+
+class ModelSettings(_Input):
     """Where the model lives. The key is never here: `api_key_env` names the environment variable of
     the worker process that holds it, read only inside the model activity."""
     model: str = ""  # empty: no model configured (the run uses the tuner)
     base_url: str | None = None  # any OpenAI-compatible endpoint; None: api.openai.com
     api_key_env: str = "OPENAI_API_KEY"
-    temperature: float | None = None
-    max_tokens: int | None = 8192
-    request_timeout_s: float = 600.0  # one HTTP request; Temporal retries a timeout
+    temperature: float | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=8192, ge=1)
+    request_timeout_s: float = Field(default=600.0, gt=0)  # one HTTP request; Temporal retries a timeout
     tool_choice: str = "auto"
     extra_body: dict[str, Any] = Field(default_factory=dict)  # vendor extras (vLLM, SGLang, ...)
-    retry_initial_s: float = 2.0  # Temporal's backoff for 408/409/429/5xx/timeouts
-    retry_max_s: float = 300.0  # (a retry-after header overrides the interval)
+    retry_initial_s: float = Field(default=2.0, gt=0)  # Temporal's backoff for 408/409/429/5xx/timeouts
+    retry_max_s: float = Field(default=300.0, gt=0)  # (a retry-after header overrides the interval)
 
     @property
     def configured(self) -> bool:
         return bool(self.model)
 
 
-class Budgets(BaseModel):
-    hours: float = 24.0
-    max_tool_calls: int = 1000
-    target_speedup: float | None = None  # stop once the best kernel reaches this speedup
+class Budgets(_Input):
+    hours: float = Field(default=24.0, gt=0)
+    max_tool_calls: int = Field(default=1000, ge=1)
+    target_speedup: float | None = Field(default=None, gt=0)  # stop once the best kernel reaches this speedup
 
 
-class EvalSettings(BaseModel):
-    device: str = "auto"  # auto | cpu | cuda (of the GPU worker)
-    shapes: str | None = None  # smoke | bench | sweep; None: smoke on the CPU, bench on CUDA
+class EvalSettings(_Input):
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # of the GPU worker
+    shapes: Literal["smoke", "bench", "sweep"] | None = None  # smoke | bench | sweep; None: smoke on the CPU, bench on CUDA
     shape_list: list[dict[str, int]] = Field(default_factory=list)  # explicit shapes instead of a set
-    timeout_s: float = 600.0  # wall clock for one candidate's process
-    seeds: int = 3
-    reps: int | None = None
+    timeout_s: float = Field(default=600.0, gt=0)  # wall clock for one candidate's process
+    seeds: int = Field(default=3, ge=1)
+    reps: int | None = Field(default=None, ge=1)
     baselines: bool = True
     ncu: bool = True  # Nsight Compute metrics on profile_kernel, where the GPU worker has ncu (evaluation.ncu_path)
-    heartbeat_timeout_s: float = 30.0  # a dead GPU worker's evaluation moves elsewhere after this
-    max_attempts: int = 3  # infrastructure retries of one evaluation
+    heartbeat_timeout_s: float = Field(default=30.0, gt=0)  # a dead GPU worker's evaluation moves elsewhere after this
+    max_attempts: int = Field(default=3, ge=1)  # infrastructure retries of one evaluation
     # tuner: configurations profiled at once. Set it to the number of GPU workers serving the run's
     # GPU queue (`marathon dev --gpus auto` starts one per GPU); each takes one evaluation at a time.
     parallel: int = Field(default=1, ge=1, le=64)
@@ -68,7 +85,7 @@ class EvalSettings(BaseModel):
     sweep_best: bool = True
 
 
-class RunSpec(BaseModel):
+class RunSpec(_Input):
     """The workflow input. Only `problem` is required."""
     problem: str
     kernel: str = "starter"  # a shipped kernel of the problem; ignored when `source` is given
@@ -80,19 +97,19 @@ class RunSpec(BaseModel):
     hints: list[str] = Field(default_factory=list)  # the user's hints, given at start
     memory: Memory | None = None  # start from an earlier run's memory (e.g. a tuner run's report)
     # compaction (issue 5)
-    compact_every: int = 40  # tool calls between compactions
-    context_budget: int = 48000  # tokens a prompt may use
+    compact_every: int = Field(default=40, ge=1)  # tool calls between compactions
+    context_budget: int = Field(default=48000, ge=1)  # tokens a prompt may use
     # bounded history
-    continue_as_new_every: int = 150  # turns (model turns or tuner steps) per run segment
-    max_history_bytes: int = 2_000_000  # continue-as-new once a segment's history passes this
-    max_state_bytes: int = 800_000  # at continue-as-new, older ledger entries and evaluations are pruned past this
-    inline_source_cap: int = 32768  # larger sources travel as artifact keys
-    tool_output_cap: int = 6000  # characters of a tool result in history; the rest in the artifact store
-    max_source_bytes: int = 200_000  # write_kernel refuses larger sources
-    max_idle_turns: int = 5  # consecutive model turns without a tool call that end the run
+    continue_as_new_every: int = Field(default=150, ge=1)  # turns (model turns or tuner steps) per run segment
+    max_history_bytes: int = Field(default=2_000_000, ge=1)  # continue-as-new once a segment's history passes this
+    max_state_bytes: int = Field(default=800_000, ge=1)  # at continue-as-new, older ledger entries and evaluations are pruned past this
+    inline_source_cap: int = Field(default=32768, ge=1)  # larger sources travel as artifact keys
+    tool_output_cap: int = Field(default=6000, ge=1)  # characters of a tool result in history; the rest in the artifact store
+    max_source_bytes: int = Field(default=200_000, ge=1)  # write_kernel refuses larger sources
+    max_idle_turns: int = Field(default=5, ge=1)  # consecutive model turns without a tool call that end the run
     # plumbing
     gpu_task_queue: str = "marathon-gpu"
-    tool_timeout_s: float = 120.0
+    tool_timeout_s: float = Field(default=120.0, gt=0)
     search_attributes: bool = True  # upsert MarathonProblem/Policy/BestSpeedup/ToolCalls
     # set by the workflow when it continues as new: the run's state so far. Leave it out.
     carry: RunState | None = None
@@ -247,10 +264,11 @@ class RunState(BaseModel):
 RunSpec.model_rebuild()
 
 
-class Extension(BaseModel):
-    hours: float = 0.0
-    tool_calls: int = 0
-    target_speedup: float | None = None
+class Extension(_Input):
+    """An `extend` update's payload: it adds to the budgets, never takes away."""
+    hours: float = Field(default=0.0, ge=0)
+    tool_calls: int = Field(default=0, ge=0)
+    target_speedup: float | None = Field(default=None, gt=0)
 
 
 class RunStatus(BaseModel):

@@ -1,0 +1,79 @@
+"""Bad input at the door: a workflow started with a bad input fails at once, non-retryable, naming the
+field; a bad update payload is rejected by the update's validator and the run goes on unharmed."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+
+from marathon_support import queues, temporal_server, workers  # noqa: F401
+from workflows import names
+from workflows.models import RunStatus
+
+pytestmark = pytest.mark.timeout(120)
+
+GOOD = {"problem": "mla_decode", "eval": {"device": "cpu"}}
+BAD_INPUTS = [  # (input, what the failure message must name)
+    ({}, "problem"),
+    ({"problem": "mla_decode", "budgets": {"hours": "abc"}}, "budgets.hours"),
+    ({"problem": "mla_decode", "eval": {"parallel": 0}}, "eval.parallel"),
+    ({"problem": "mla_decode", "budgets": {"hours": -1}}, "budgets.hours"),
+    ({"problem": "mla_decode", "budgets": {"max_tool_calls": 0}}, "budgets.max_tool_calls"),
+    ({"problem": "mla_decode", "eval": {"timeout_s": -1}}, "eval.timeout_s"),
+    ({"problem": "mla_decode", "eval": {"device": "tpu"}}, "eval.device"),
+    ({"problem": "mla_decode", "tool_timeout_s": 0}, "tool_timeout_s"),
+    (5, "input"),
+    ({"problem": "no_such_problem"}, "no_such_problem"),  # refused by the prepare activity
+]
+
+
+def test_bad_inputs_fail_the_workflow_at_once(temporal_server, tmp_path):
+    asyncio.run(_bad_inputs(temporal_server.address, tmp_path))
+
+
+async def _bad_inputs(address, tmp_path):
+    tq, gq = queues()
+    async with workers(address, tq, gq, tmp_path / "artifacts", gpu=False) as client:
+        handles = [await client.start_workflow(names.WORKFLOW_TYPE, raw, id=f"bad-{uuid.uuid4().hex[:10]}",
+                                               task_queue=tq) for raw, _ in BAD_INPUTS]
+        t0 = time.monotonic()
+        for handle, (raw, field) in zip(handles, BAD_INPUTS):
+            with pytest.raises(WorkflowFailureError) as info:
+                await asyncio.wait_for(handle.result(), 30)
+            cause = info.value.cause
+            assert isinstance(cause, ApplicationError) and cause.non_retryable, (raw, cause)
+            assert cause.type == "BadRunSpec" and field in cause.message and "\n" not in cause.message, cause.message
+        assert time.monotonic() - t0 < 30  # all of them, not each
+
+
+def test_bad_update_payloads_are_rejected_and_the_run_goes_on(temporal_server, tmp_path):
+    asyncio.run(_bad_updates(temporal_server.address, tmp_path))
+
+
+async def _bad_updates(address, tmp_path):
+    tq, gq = queues()
+    # no GPU worker: the run waits on its first profile, RUNNING, while the workflow worker answers
+    async with workers(address, tq, gq, tmp_path / "artifacts", gpu=False) as client:
+        handle = await client.start_workflow(names.WORKFLOW_TYPE, {**GOOD, "gpu_task_queue": gq},
+                                             id=f"upd-{uuid.uuid4().hex[:10]}", task_queue=tq)
+        before = await handle.query("status", result_type=RunStatus)
+        bad = [("extend", {"hours": "abc"}, "hours"), ("extend", {"hours": -1}, "hours"),
+               ("extend", {"tool_calls": -5}, "tool_calls"), ("extend", {"hours": float("inf")}, "hours"),
+               ("extend", [1, 2], "extend"), ("hint", "   ", "empty hint"), ("hint", 5, "hint"),
+               ("hint", "x" * 9000, "hint"), ("stop", {"why": 1}, "stop")]
+        for name, payload, says in bad:
+            with pytest.raises(WorkflowUpdateFailedError) as info:
+                await handle.execute_update(name, payload)
+            msg = str(info.value.cause)
+            assert says in msg and "\n" not in msg, (name, payload, msg)
+        after = await handle.query("status", result_type=RunStatus)
+        assert after.phase in ("starting", "running") and after.stop_reason is None
+        assert (after.hours_budget, after.tool_calls_budget) == (before.hours_budget, before.tool_calls_budget)
+        ext = await handle.execute_update("extend", {"hours": 1, "tool_calls": 10}, result_type=RunStatus)
+        assert ext.tool_calls_budget == before.tool_calls_budget + 10 and ext.hours_budget == before.hours_budget + 1
+        assert (await handle.describe()).status.name == "RUNNING"
+        await handle.terminate("test over")
