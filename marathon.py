@@ -58,8 +58,37 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if verdict.ok else 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, its errors on one line (the usage is one --help away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _number(kind: type, low: float, high: float | None = None, *, strict: bool = False):
+    """An argparse type: a finite `kind` above `low` (or at least it, unless strict), at most `high`."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if (value <= low) if strict else (value < low):
+            raise argparse.ArgumentTypeError(f"{text} must be {'above' if strict else 'at least'} {low:g}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{text} must be at most {high:g}")
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+POSITIVE, COUNT = _number(float, 0, strict=True), _number(int, 1)
+PORT = _number(int, 1, 65535)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="marathon", description="Day-long, crash-proof Triton kernel optimization.")
+    ap = _Parser(prog="marathon", description="Day-long, crash-proof Triton kernel optimization.")
     sub = ap.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("eval", help="judge one kernel: policy, compile, correctness, timing against baselines")
     ev.add_argument("--problem", required=True, choices=PROBLEM_NAMES)
@@ -69,10 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a named shape set (default: smoke on the CPU, bench on CUDA)")
     ev.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE,...",
                     help="an explicit shape, e.g. B=3,H=4,S=1000 (repeatable; replaces --shapes)")
-    ev.add_argument("--timeout", type=float, default=600.0, help="wall-clock seconds for the candidate's process")
+    ev.add_argument("--timeout", type=POSITIVE, default=600.0, help="wall-clock seconds for the candidate's process")
     ev.add_argument("--mode", default="full", choices=("compile", "test", "full"))
-    ev.add_argument("--seeds", type=int, default=3, help="fresh random inputs per shape (at least 3 counts)")
-    ev.add_argument("--reps", type=int, default=None, help="timed calls (at least 20 on CUDA)")
+    ev.add_argument("--seeds", type=COUNT, default=3, help="fresh random inputs per shape (at least 3 counts)")
+    ev.add_argument("--reps", type=COUNT, default=None, help="timed calls (at least 20 on CUDA)")
     ev.add_argument("--no-baselines", action="store_true")
     ev.add_argument("--baseline", action="append", default=[], metavar="NAME",
                     help="time only this baseline (repeatable; default: all the problem offers)")
@@ -103,6 +132,17 @@ def _state_dir(path: str | None):
 
 def spec_from_args(args: argparse.Namespace):
     """The RunSpec the flags describe (the same JSON `temporal workflow start --input` takes)."""
+    from pydantic import ValidationError
+
+    from workflows.models import describe_invalid
+
+    try:
+        return _spec_from_args(args)
+    except ValidationError as err:  # the models' constraints, e.g. eval.timeout_s for --timeout
+        raise ValueError(describe_invalid(err)) from None
+
+
+def _spec_from_args(args: argparse.Namespace):
     from pathlib import Path
 
     from kernels.problem import get_problem
@@ -169,6 +209,58 @@ def _report_table(rep) -> str:
     return "\n".join(lines)
 
 
+class ServerGone(Exception):
+    """The Temporal server did not answer within the time we wait for it."""
+
+
+def _why(exc: BaseException) -> str:
+    """A connection error in a few words: the OS's reason where the SDK's text holds one."""
+    import re
+    text = str(exc).strip()
+    found = re.search(r'message: "([^"]+)"', text)
+    if found:
+        return found.group(1)
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def _server_down(exc: BaseException) -> bool:
+    from temporalio.service import RPCError, RPCStatusCode
+    if isinstance(exc, RPCError):
+        return exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNKNOWN,
+                              RPCStatusCode.CANCELLED)
+    return isinstance(exc, RuntimeError) and str(exc).startswith("Failed client connect")
+
+
+async def _while_server_up(call, address: str, wait_s: float, command: str):
+    """`await call()`, and while the server does not answer (down, or restarting), say so once and try
+    again, for up to `wait_s` seconds; then ServerGone."""
+    import asyncio
+    import time
+    down_since = None
+    while True:
+        try:
+            result = await call()
+        except Exception as exc:
+            if not _server_down(exc):
+                if down_since is not None:
+                    print(f"marathon {command}: the server at {address} is answering again", file=sys.stderr,
+                          flush=True)
+                raise
+            now = time.monotonic()
+            if down_since is None:
+                down_since = now
+                print(f"marathon {command}: the server at {address} is not answering ({_why(exc)}); waiting up to "
+                      f"{wait_s:g} s for it (--server-wait)", file=sys.stderr, flush=True)
+            elif now - down_since > wait_s:
+                raise ServerGone(f"the server at {address} did not answer for {wait_s:g} s ({_why(exc)}); "
+                                 f"the run, if it exists, goes on without us") from None
+            await asyncio.sleep(1.0)
+            continue
+        if down_since is not None:
+            print(f"marathon {command}: the server at {address} is answering again", file=sys.stderr, flush=True)
+        return result
+
+
 async def _pause(stop, seconds: float) -> None:
     import asyncio
     import contextlib
@@ -224,6 +316,9 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
     import contextlib
     import uuid
 
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+    from temporalio.service import RPCError
+
     import worker
     from activities.artifacts import ArtifactStore
     from workflows import names
@@ -238,20 +333,32 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
             print("starting an embedded Temporal dev server and workers for this run ...", file=out, flush=True)
             server = stack.enter_context(worker.DevServer(log=state / "temporal-embedded.log"))
             address = server.address
-        client = await worker.connect(address, args.namespace)
+        try:
+            client = await worker.connect(address, args.namespace)
+        except RuntimeError as exc:
+            print(f"marathon run: cannot reach the Temporal server at {address}: {_why(exc)}", file=sys.stderr)
+            return 2
         workers = None
         if args.address is None:
             workers = worker.build_workers(client, task_queue=args.task_queue, gpu_task_queue=args.gpu_task_queue,
                                            store=ArtifactStore(args.artifacts or state / "artifacts"))
             worker_task = asyncio.create_task(workers.run())
         try:
-            await client.start_workflow(names.WORKFLOW_TYPE, spec, id=workflow_id, task_queue=args.task_queue,
-                                        result_type=RunReport)
+            try:
+                await client.start_workflow(names.WORKFLOW_TYPE, spec, id=workflow_id, task_queue=args.task_queue,
+                                            result_type=RunReport)
+            except WorkflowAlreadyStartedError:
+                print(f"marathon run: a run with workflow id {workflow_id!r} is already going on {address}",
+                      file=sys.stderr)
+                return 2
+            except RPCError as exc:
+                print(f"marathon run: the server at {address} refused the run: {_why(exc)}", file=sys.stderr)
+                return 2
             print(f"started {workflow_id} ({spec.resolved_policy()} policy) on {address}", file=out, flush=True)
             if args.detach:
                 print(workflow_id)
                 return 0
-            return await _report_when_done(client, workflow_id, args.json, out, "run")
+            return await _report_when_done(client, workflow_id, args.json, out, "run", address, args.server_wait)
         finally:
             if workers is not None:
                 await workers.shutdown()
@@ -259,9 +366,11 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
                     await asyncio.wait_for(worker_task, 30)
 
 
-async def _report_when_done(client, workflow_id: str, as_json: bool, out, command: str) -> int:
+async def _report_when_done(client, workflow_id: str, as_json: bool, out, command: str, address: str,
+                            server_wait_s: float) -> int:
     """Follow a run to its end (live progress on `out`), then print its report; the exit status says
-    whether it found a kernel. `handle.result` follows continue-as-new to the last segment."""
+    whether it found a kernel. `handle.result` follows continue-as-new to the last segment, and waits
+    out a restart of the server (up to `server_wait_s`)."""
     import asyncio
     import contextlib
 
@@ -273,10 +382,13 @@ async def _report_when_done(client, workflow_id: str, as_json: bool, out, comman
     stop = asyncio.Event()
     follow = asyncio.create_task(_follow(client, workflow_id, out, stop))
     try:
-        report = await handle.result()
+        report = await _while_server_up(handle.result, address, server_wait_s, command)
     except WorkflowFailureError as exc:
         print(f"marathon {command}: the run failed: {exc.cause or exc}", file=sys.stderr)
         return 1
+    except ServerGone as exc:
+        print(f"marathon {command}: {exc}", file=sys.stderr)
+        return 2
     finally:
         stop.set()  # and let its last query finish (see _follow)
         with contextlib.suppress(BaseException):
@@ -292,17 +404,20 @@ async def _follow_async(args: argparse.Namespace) -> int:
 
     out = sys.stderr if args.json else sys.stdout
     try:
-        client = await worker.connect(args.address, args.namespace)
-        await client.get_workflow_handle(args.workflow_id).describe()
+        client = await _while_server_up(lambda: worker.connect(args.address, args.namespace), args.address,
+                                        args.server_wait, "follow")
+        await _while_server_up(client.get_workflow_handle(args.workflow_id).describe, args.address,
+                               args.server_wait, "follow")
+    except ServerGone as exc:
+        print(f"marathon follow: {exc}", file=sys.stderr)
+        return 2
     except RPCError as exc:
         why = (f"no run {args.workflow_id!r} on {args.address}" if exc.status == RPCStatusCode.NOT_FOUND
-               else f"cannot reach {args.address}: {exc}")
+               else f"the server at {args.address} answered: {_why(exc)}")
         print(f"marathon follow: {why}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:  # the client could not connect at all
-        print(f"marathon follow: cannot reach {args.address}: {exc}", file=sys.stderr)
-        return 2
-    return await _report_when_done(client, args.workflow_id, args.json, out, "follow")
+    return await _report_when_done(client, args.workflow_id, args.json, out, "follow", args.address,
+                                   args.server_wait)
 
 
 def cmd_follow(args: argparse.Namespace) -> int:
@@ -411,6 +526,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         return 3
 
 
+SERVER_WAIT_S = 600.0  # a restart of `marathon dev` takes seconds, a machine's reboot minutes
 TASK_QUEUE, GPU_TASK_QUEUE = "marathon", "marathon-gpu"  # workflows/names.py (not imported: eval stays light)
 
 
@@ -424,22 +540,22 @@ def _add_spec_flags(run) -> None:
     run.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint (vLLM, SGLang, Ollama, ...)")
     run.add_argument("--api-key-env", default="OPENAI_API_KEY",
                      help="the NAME of the environment variable (in the workers) that holds the key")
-    run.add_argument("--hours", type=float, default=24.0)
-    run.add_argument("--max-tool-calls", type=int, default=1000)
-    run.add_argument("--target-speedup", type=float, default=None, help="stop once the best kernel reaches this")
+    run.add_argument("--hours", type=POSITIVE, default=24.0)
+    run.add_argument("--max-tool-calls", type=COUNT, default=1000)
+    run.add_argument("--target-speedup", type=POSITIVE, default=None, help="stop once the best kernel reaches this")
     run.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     run.add_argument("--shapes", default=None, choices=("smoke", "bench", "sweep"),
                      help="default: smoke on the CPU, bench on CUDA")
     run.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE,...")
-    run.add_argument("--timeout", type=float, default=600.0, help="wall-clock seconds for one candidate's process")
-    run.add_argument("--parallel", type=int, default=1,
+    run.add_argument("--timeout", type=POSITIVE, default=600.0, help="wall-clock seconds for one candidate's process")
+    run.add_argument("--parallel", type=_number(int, 1, 64), default=1,
                      help="tuner: configurations profiled at once, one per GPU worker (`marathon dev --gpus auto` "
                           "starts one per GPU; an embedded run has one)")
     run.add_argument("--no-sweep-check", action="store_true",
                      help="do not test the best kernel on the problem's sweep shapes after the run (a CUDA run does)")
     run.add_argument("--hint", action="append", default=[], help="a hint for the model (repeatable)")
-    run.add_argument("--compact-every", type=int, default=40, help="tool calls between compactions")
-    run.add_argument("--context-budget", type=int, default=48000, help="tokens a prompt may use")
+    run.add_argument("--compact-every", type=COUNT, default=40, help="tool calls between compactions")
+    run.add_argument("--context-budget", type=COUNT, default=48000, help="tokens a prompt may use")
     run.add_argument("--memory-from", default=None, metavar="REPORT.json",
                      help="start from the memory of an earlier run's --json report (e.g. a tuner run's)")
     run.add_argument("--gpu-task-queue", default=GPU_TASK_QUEUE)
@@ -457,6 +573,8 @@ def add_run_and_dev(sub) -> None:
     run.add_argument("--artifacts", default=None, help="artifact store of the embedded worker (default: STATE/artifacts)")
     run.add_argument("--detach", action="store_true", help="start it and print its workflow id (needs --address)")
     run.add_argument("--json", action="store_true", help="print the final report as one JSON object")
+    run.add_argument("--server-wait", type=POSITIVE, default=SERVER_WAIT_S, metavar="SECONDS",
+                     help=f"how long to wait for a server (--address) that is restarting (default {SERVER_WAIT_S:g})")
     run.set_defaults(func=cmd_run)
 
     fol = sub.add_parser("follow", help="follow a run already started (after --detach, or after a restart of the "
@@ -465,13 +583,15 @@ def add_run_and_dev(sub) -> None:
     fol.add_argument("--address", default="localhost:7233")
     fol.add_argument("--namespace", default="default")
     fol.add_argument("--json", action="store_true", help="print the final report as one JSON object")
+    fol.add_argument("--server-wait", type=POSITIVE, default=SERVER_WAIT_S, metavar="SECONDS",
+                     help=f"how long to wait for a server that is down or restarting (default {SERVER_WAIT_S:g})")
     fol.set_defaults(func=cmd_follow)
 
     dev = sub.add_parser("dev", help="the Temporal dev server (SQLite state, Web UI) and the workers")
     dev.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
     dev.add_argument("--ip", default="127.0.0.1")
-    dev.add_argument("--port", type=int, default=7233)
-    dev.add_argument("--ui-port", type=int, default=8233)
+    dev.add_argument("--port", type=PORT, default=7233)
+    dev.add_argument("--ui-port", type=PORT, default=8233)
     dev.add_argument("--artifacts", default=None, help="default: STATE/artifacts")
     dev.add_argument("--gpus", default="auto", help="auto: one evaluation worker per GPU; none; or a list like 0,1")
     dev.add_argument("--no-worker", action="store_true", help="the server only")

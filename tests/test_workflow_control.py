@@ -64,7 +64,7 @@ async def _control(address, tmp_path):
             ext = await handle.execute_update("extend", Extension(tool_calls=100, hours=1.0), result_type=RunStatus)
             assert ext.tool_calls_budget == 500 and ext.hours_budget == 25.0
             with pytest.raises(WorkflowUpdateFailedError):
-                await handle.execute_update("extend", Extension(tool_calls=-5))
+                await handle.execute_update("extend", {"tool_calls": -5})  # (Extension itself refuses it)
             turns_before = len([s for s in fake.seen if s.turn >= 0])
             await handle.execute_update("resume", result_type=str)
             await wait_for(lambda: _at_least(status, s2.tool_calls + 6))

@@ -1,0 +1,131 @@
+"""The CLI at its edges: a bad number is one line and exit 2 before anything starts; an unreachable
+server is one line and exit 2; `marathon follow` waits for a server that is restarting, saying so,
+and gives up after --server-wait."""
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+import worker
+from marathon_support import ROOT
+
+pytestmark = pytest.mark.timeout(180)
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def marathon(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "marathon.py", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=ENV)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["run", "--problem", "mla_decode", "--hours", "-1"], "--hours"),
+    (["run", "--problem", "mla_decode", "--hours", "abc"], "--hours"),
+    (["run", "--problem", "mla_decode", "--hours", "inf"], "--hours"),
+    (["run", "--problem", "mla_decode", "--max-tool-calls", "0"], "--max-tool-calls"),
+    (["run", "--problem", "mla_decode", "--timeout", "-1"], "--timeout"),
+    (["run", "--problem", "mla_decode", "--parallel", "0"], "--parallel"),
+    (["run", "--problem", "mla_decode", "--target-speedup", "0"], "--target-speedup"),
+    (["run", "--problem", "mla_decode", "--compact-every", "0"], "--compact-every"),
+    (["schedule", "create", "--id", "x", "--problem", "mla_decode", "--context-budget", "-5"], "--context-budget"),
+    (["eval", "--problem", "mla_decode", "--kernel", "starter", "--seeds", "0"], "--seeds"),
+    (["eval", "--problem", "mla_decode", "--kernel", "starter", "--timeout", "0"], "--timeout"),
+    (["dev", "--port", "70000"], "--port"),
+    (["follow", "--workflow-id", "x", "--server-wait", "-1"], "--server-wait"),
+])
+def test_a_bad_number_is_one_line_and_exit_2(argv, flag, tmp_path):
+    # --address where the run would go: nothing may be contacted, nothing started
+    res = marathon(*argv, "--state-dir", str(tmp_path)) if argv[0] == "run" else marathon(*argv)
+    assert res.returncode == 2, res
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0] and "Traceback" not in res.stderr, res.stderr
+    assert res.stdout == "" and not list(tmp_path.iterdir())  # nothing started, nothing written
+
+
+@pytest.mark.parametrize("detach", [False, True])
+def test_an_unreachable_server_is_one_line_and_exit_2(detach):
+    res = marathon("run", "--address", "127.0.0.1:1", "--problem", "mla_decode", *(["--detach"] if detach else []))
+    assert res.returncode == 2, res
+    assert res.stderr.strip() == "marathon run: cannot reach the Temporal server at 127.0.0.1:1: Connection refused"
+
+
+def test_follow_gives_up_after_server_wait():
+    t0 = time.monotonic()
+    res = marathon("follow", "--address", "127.0.0.1:1", "--workflow-id", "x", "--server-wait", "2")
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 2, res.stderr
+    assert "waiting up to 2 s" in lines[0] and "did not answer for 2 s" in lines[1]
+    assert time.monotonic() - t0 < 30
+
+
+def _lines(proc: subprocess.Popen) -> "queue.Queue[str]":
+    q: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [q.put(line) for line in proc.stderr], daemon=True).start()
+    return q
+
+
+def _wait_line(q: "queue.Queue[str]", text: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        try:
+            line = q.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        seen.append(line)
+        if text in line:
+            return line
+    raise AssertionError(f"no line with {text!r} in {timeout} s; saw {seen}")
+
+
+def test_follow_waits_across_a_server_restart(tmp_path):
+    """The server SIGKILLed under a `marathon follow` and started again on the same state: follow says it
+    waits, says when the server is back, and reports the run's end (here, a termination)."""
+    srv = worker.DevServer(db=tmp_path / "temporal.db").start()
+    follow = None
+    try:
+        wf = f"follow-{uuid.uuid4().hex[:8]}"
+        # no worker serves this queue: the run stays RUNNING until the test terminates it
+        asyncio.run(_start(srv.address, wf))
+        follow = subprocess.Popen([sys.executable, "marathon.py", "follow", "--address", srv.address, "--workflow-id",
+                                   wf, "--server-wait", "60"], cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=ENV)
+        lines = _lines(follow)
+        time.sleep(3)
+        assert follow.poll() is None
+        os.killpg(srv.proc.pid, signal.SIGKILL)
+        srv.proc.wait()
+        _wait_line(lines, "is not answering", 60)
+        assert follow.poll() is None  # still waiting
+        srv.start()
+        asyncio.run(_terminate(srv.address, wf))
+        follow.wait(timeout=60)
+        rest = []
+        while not lines.empty():
+            rest.append(lines.get())
+        assert follow.returncode == 1 and not any("Traceback" in x for x in rest), (follow.returncode, rest)
+        assert any("answering again" in x for x in rest) and any("the run failed" in x for x in rest), rest
+    finally:
+        if follow is not None and follow.poll() is None:
+            follow.kill()
+        srv.stop()
+
+
+async def _start(address: str, wf: str) -> None:
+    client = await worker.connect(address)
+    await client.start_workflow("KernelOptimization", {"problem": "mla_decode"}, id=wf,
+                                task_queue=f"nobody-{uuid.uuid4().hex[:6]}")
+
+
+async def _terminate(address: str, wf: str) -> None:
+    client = await worker.connect(address)
+    await client.get_workflow_handle(wf).terminate("test over")
