@@ -27,6 +27,7 @@ BAD_INPUTS = [  # (input, what the failure message must name)
     ({"problem": "mla_decode", "eval": {"device": "tpu"}}, "eval.device"),
     ({"problem": "mla_decode", "tool_timeout_s": 0}, "tool_timeout_s"),
     (5, "input"),
+    (None, "input"),  # `temporal workflow start` without --input
     ({"problem": "no_such_problem"}, "no_such_problem"),  # refused by the prepare activity
 ]
 
@@ -38,8 +39,9 @@ def test_bad_inputs_fail_the_workflow_at_once(temporal_server, tmp_path):
 async def _bad_inputs(address, tmp_path):
     tq, gq = queues()
     async with workers(address, tq, gq, tmp_path / "artifacts", gpu=False) as client:
-        handles = [await client.start_workflow(names.WORKFLOW_TYPE, raw, id=f"bad-{uuid.uuid4().hex[:10]}",
-                                               task_queue=tq) for raw, _ in BAD_INPUTS]
+        handles = [await client.start_workflow(names.WORKFLOW_TYPE, *([] if raw is None else [raw]),
+                                               id=f"bad-{uuid.uuid4().hex[:10]}", task_queue=tq)
+                   for raw, _ in BAD_INPUTS]
         t0 = time.monotonic()
         for handle, (raw, field) in zip(handles, BAD_INPUTS):
             with pytest.raises(WorkflowFailureError) as info:

@@ -68,8 +68,6 @@ def _shapes_text(setup: RunSetup) -> str:
 def _parse_spec(raw: Any) -> RunSpec:
     """The input, validated here rather than by the data converter: a converter's error fails only the
     workflow task, which Temporal retries for ever; this error fails the run at once, saying why."""
-    if isinstance(raw, RunSpec):
-        return raw
     try:
         return RunSpec.model_validate(raw)
     except ValidationError as err:
