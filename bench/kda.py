@@ -376,7 +376,7 @@ def summary(tune_result: dict | None, records: list[dict]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("all", "tune", "eval"))
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench"))
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--kernel", action="append", default=None)
     ap.add_argument("--config", default=None, help="JSON CONFIG for the tuned kernel")

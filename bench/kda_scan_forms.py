@@ -204,6 +204,7 @@ def speed(out_path: Path) -> dict:
             print(json.dumps(row), flush=True)
             rows.append(row)
     record = {"host": host_facts(), "shape": {"B": B, "T": T, "H": H, "K": K, "V": V}, "rows": rows}
+    out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(record, indent=1))
     return record
 
@@ -217,9 +218,9 @@ def main() -> int:
     ap.add_argument("mode", nargs="?", default="precision", choices=("precision", "speed"))
     ap.add_argument("--T", type=int, default=4096)
     ap.add_argument("--H", type=int, default=2)
-    ap.add_argument("--out", default=None, help="default: bench/results/kda_scan_forms.json or kda_scan_speed.json")
+    ap.add_argument("--out", default=None, help="default: .marathon/bench/kda_scan_forms.json or kda_scan_speed.json")
     args = ap.parse_args()
-    results = ROOT / "bench" / "results"
+    results = ROOT / ".marathon" / "bench"
     if args.mode == "speed":
         speed(Path(args.out or results / "kda_scan_speed.json"))
         return 0
@@ -241,6 +242,7 @@ def main() -> int:
                "rel_err_wy": rel(scan_wy(*terms), ref), "rel_err_transition": rel(scan_transition(*terms), ref)}
         print(json.dumps(row), flush=True)
         rows.append(row)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"command": " ".join(sys.argv), "torch": torch.__version__,
                                           "rows": rows}, indent=1))
     return 0

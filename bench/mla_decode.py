@@ -589,7 +589,7 @@ def main() -> int:
     ap.add_argument("mode", choices=("tune", "eval", "all", "study", "breakdown"))
     ap.add_argument("--flush", default="read", choices=("read", "write"),
                     help="tune: the L2 flush before each timed replay (kernels/timing.py L2Flush)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench"))
     ap.add_argument("--kernel", action="append", default=None, help="eval: starter and/or tuned (default both)")
     ap.add_argument("--set", action="append", default=None,
                     help="eval: bench, extra, headline, sweep (default headline)")

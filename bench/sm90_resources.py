@@ -6,7 +6,7 @@ headline shapes (pointers and the integer arguments that are multiples of 16 mar
     python bench/sm90_resources.py --kda-prep [PREP_BK,PREP_BV,warps ...] [--out FILE]  KDA preparation
     python bench/sm90_resources.py --kda-scan [SCAN_BV,warps,stages[,wq[,nt_aligned]] ...] [--out FILE]  KDA scan
 
-Prints one line per variant and writes the rows as JSON (default: bench/results/mla_decode_sm90_resources.json,
+Prints one line per variant and writes the rows as JSON (default: .marathon/bench/mla_decode_sm90_resources.json,
 or kda_prep_sm90_resources.json)."""
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def main() -> int:
     args = ap.parse_args()
     import triton
     name = "kda_prep" if args.kda_prep else "kda_scan" if args.kda_scan else "mla_decode"
-    args.out = args.out or str(ROOT / "bench" / "results" / f"{name}_sm90_resources.json")
+    args.out = args.out or str(ROOT / ".marathon" / "bench" / f"{name}_sm90_resources.json")
     measure = kda_prep_resources if args.kda_prep else kda_scan_resources if args.kda_scan else resources
     rows = []
     for v in args.variants or (KDA_DEFAULT if args.kda_prep else ["32,4,3"] if args.kda_scan else DEFAULT):
@@ -171,6 +171,7 @@ def main() -> int:
             row = measure(*nums)
         rows.append(row)
         print(json.dumps(row), flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"triton": triton.__version__, "target": "cuda sm_90", "rows": rows}, indent=1))
     return 0
 
