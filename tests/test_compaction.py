@@ -1,4 +1,4 @@
-"""Issue 5's acceptance, in library form: a scripted 1,000-tool-call run through the compaction loop.
+"""Compaction's contract, in library form: a scripted 1,000-tool-call run through the compaction loop.
 
 At every model call the prompt is under budget; the goal block at call 1,000 equals the one at call 1
 except for its figures; a strategy that failed before a compaction is still in the memory after it

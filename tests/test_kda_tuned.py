@@ -92,7 +92,7 @@ def test_fp32_against_reference(tuned, case, form, glast, solve, stack, centre, 
 
 
 # On a GPU only: the interpreter computes in fp32 and cannot see a bad bf16 compile. The scan compiled
-# for one chunk (NT == 1) gave wrong rows 16-63 on the H200 (session 9) at every T from 17 to 64,
+# for one chunk (NT == 1) gave wrong rows 16-63 on the H200 at every T from 17 to 64,
 # while the CPU tests above passed.
 # H = 1 is in for the same reason: the launcher makes it a constant too (the probe shapes draw H from 1).
 @pytest.mark.skipif(not CUDA, reason="needs a GPU: what failed was the sm_90 bf16 compile")

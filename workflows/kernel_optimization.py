@@ -111,8 +111,8 @@ class KernelOptimization:
     async def _sweep_best(self) -> None:
         """Test the kernel handed back for correctness on the problem's sweep shapes, once, on a GPU
         worker. The run's evaluations saw their own shapes and one random probe each, and a kernel can
-        be fast there and wrong elsewhere: the shipped KDA kernel was wrong at every one-chunk length
-        until session 9. Skipped where the best was judged on a CPU (sweep shapes are GPU-sized), where
+        be fast there and wrong elsewhere: the shipped KDA kernel was once wrong at every one-chunk
+        length, and only the sweep showed it. Skipped where the best was judged on a CPU (sweep shapes are GPU-sized), where
         the run was already judged on the sweep, and when a stop was asked for."""
         st, spec = self.state, self.spec
         b = st.best

@@ -79,7 +79,7 @@ class RunSpec(BaseModel):
     eval: EvalSettings = Field(default_factory=EvalSettings)
     hints: list[str] = Field(default_factory=list)  # the user's hints, given at start
     memory: Memory | None = None  # start from an earlier run's memory (e.g. a tuner run's report)
-    # compaction (issue 5)
+    # compaction
     compact_every: int = 40  # tool calls between compactions
     context_budget: int = 48000  # tokens a prompt may use
     # bounded history

@@ -11,7 +11,7 @@ GPU_TASK_QUEUE = "marathon-gpu"  # compile/test/profile: one worker process per 
 # activities on TASK_QUEUE
 PREPARE_RUN = "prepare_run"
 AGENT_TURN = "agent_turn"
-COMPACT = "compact"  # activities/compaction.py (issue 5)
+COMPACT = "compact"  # activities/compaction.py
 NOTEBOOK = "notebook"  # a local activity: one line of the lab notebook
 WRITE_KERNEL, EDIT_KERNEL, SHOW_KERNEL, LIST_ATTEMPTS, NOTE = (
     "write_kernel", "edit_kernel", "show_kernel", "list_attempts", "note")
