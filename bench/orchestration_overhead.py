@@ -37,7 +37,8 @@ import worker  # noqa: E402
 from activities import tools  # noqa: E402
 from activities.artifacts import ArtifactStore  # noqa: E402
 from marathon_support import queues, segments, start, workers  # noqa: E402
-from workflows.models import TOOL_NAMES, Attempt, ListInput, NoteInput, ShowInput  # noqa: E402
+from workflows.names import TOOL_NAMES  # noqa: E402
+from workflows.models import Attempt, ListInput, NoteInput, ShowInput  # noqa: E402
 
 
 def _ms(a, b) -> float:

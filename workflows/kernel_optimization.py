@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from compaction.summarize import clip_transcript
     from kernels.tunables import TunablesError, with_config
     from workflows import names
-    from workflows.models import (EVAL_TOOLS, AgentTurnInput, AgentTurnResult, Attempt, BestKernel, BestReport,
+    from workflows.models import (AgentTurnInput, AgentTurnResult, Attempt, BestKernel, BestReport,
                                   EditInput, EvalInput, EvalResult, Extension, ListInput, NotebookEntry,
                                   NoteInput, PrepareInput, RunReport, RunSetup, RunSpec, RunState, RunStatus,
                                   ShowInput, SourceRef, ToolCallRecord, ToolResult, TunerTrial, WriteInput)
@@ -166,7 +166,7 @@ class KernelOptimization:
         st.current, st.current_source = 0, setup.start
         await self._notebook(f"start: {spec.problem}, {setup.kernel_label} kernel as attempt 0, policy {st.policy}, "
                              f"budget {st.budget_tool_calls} tool calls / {st.budget_hours:g} h")
-        text = await self._tool("profile_kernel", {}, call_id="start")
+        text = await self._tool(names.PROFILE_KERNEL, {}, call_id="start")
         goal = self._goal()
         st.memory = (spec.memory.model_copy(update={"goal": goal, "hints": list(st.hints)}) if spec.memory
                      else empty_memory(goal, hints=st.hints))
@@ -438,7 +438,7 @@ class KernelOptimization:
         await self._wait_if_paused()
 
         async def profile(trial: TunerTrial, tried: int, thought: str, n: int, source: SourceRef) -> None:
-            await self._tool("profile_kernel", {}, call_id=f"tuner-{tried}-profile", thought=thought, target=(n, source))
+            await self._tool(names.PROFILE_KERNEL, {}, call_id=f"tuner-{tried}-profile", thought=thought, target=(n, source))
             e = st.attempts[n].evals[-1] if st.attempts[n].evals else None
             trial.status = e.status if e else "crashed"
             trial.latency_us = e.latency_us if e else None
@@ -528,7 +528,7 @@ class KernelOptimization:
             st.current, st.current_source = n, res.source
             return res.text, True, n
 
-        if name in EVAL_TOOLS:
+        if name in names.EVAL_TOOLS:
             n, source = target if target else (st.current, st.current_source)
             verb = name.removesuffix("_kernel")
             best = f"; best {st.best.speedup:.3g}x @ {st.best.attempt}" if st.best and st.best.speedup else ""

@@ -15,12 +15,10 @@ from pydantic import BaseModel, Field
 
 from compaction.memory import AttemptDigest, Memory
 from kernels.verdict import Verdict
+from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
 
 Policy = Literal["llm", "tuner"]
-TOOL_NAMES = ("write_kernel", "edit_kernel", "compile_kernel", "test_kernel", "profile_kernel",
-              "show_kernel", "list_attempts", "note")
-EVAL_TOOLS = ("compile_kernel", "test_kernel", "profile_kernel")
-EVAL_MODES = {"compile_kernel": "compile", "test_kernel": "test", "profile_kernel": "full"}
+EVAL_MODES = {COMPILE_KERNEL: "compile", TEST_KERNEL: "test", PROFILE_KERNEL: "full"}
 
 
 # ------------------------------------------------------------------------------------------ input
