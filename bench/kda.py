@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernels.evaluator import EvalRequest, evaluate, request_for  # noqa: E402
+from kernels.judge import compare  # noqa: E402
 from kernels.hostinfo import host_facts  # noqa: E402
 from kernels.problem import get_problem  # noqa: E402
 from kernels.tunables import read_tunables, with_config  # noqa: E402
@@ -215,7 +216,7 @@ def tune(out_dir: Path, device: str, deadline: float, workers: int = 8, preset: 
             out = mod.kda(**x).float()
             if not bool(torch.isfinite(out).all()):
                 return "NaN or Inf in the output"
-            worst = max(worst, ((out - ref).norm() / ref.norm()).item())
+            worst = max(worst, compare(out, ref)[0])
         return worst
 
     def fmt(cfg: dict, knobs: tuple) -> str:
@@ -281,7 +282,7 @@ def tune(out_dir: Path, device: str, deadline: float, workers: int = 8, preset: 
             else:
                 out = fn(**x)
             out = out.float()
-            rel = ((out - ref).norm() / ref.norm()).item()
+            rel = compare(out, ref)[0]
             row["errors"].append({"kernel": name, "seed": 100 + si, "rel_err": rel,
                                   "ok": bool(torch.isfinite(out).all()) and rel <= tol.rel})
         del ref

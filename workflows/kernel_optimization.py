@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from compaction.prompt import (PromptBudgetError, build_messages, estimate_prompt, needs_compaction, tail_turns, tools_tokens,
                                    with_best)
     from compaction.summarize import clip_transcript
+    from compaction.text import one_line
     from kernels.tunables import TunablesError, with_config
     from workflows import names
     from workflows.models import (AgentTurnInput, AgentTurnResult, Attempt, BestKernel, BestReport,
@@ -48,8 +49,7 @@ SEARCH_ATTRIBUTE_EVERY = 10  # tool calls between search-attribute upserts (a ne
 
 
 def _short(text: str, n: int = LEDGER_SUMMARY_CHARS) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return one_line(text, n)
 
 
 def _fmt_cfg(config: dict[str, Any] | None) -> str:
