@@ -17,6 +17,12 @@ def test_results_exist_and_live_under_a_hardware_folder():
     assert all(len(p.relative_to(RESULTS).parts) == 2 for p in FILES)
 
 
+def test_results_hold_only_records_and_their_readme():
+    # raw logs, archives and profiler dumps stay in git history, not in the tree
+    others = [p for p in RESULTS.rglob("*") if p.is_file() and p.suffix != ".json" and p.name != "README.md"]
+    assert others == []
+
+
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(RESULTS)))
 def test_every_result_file_matches_the_schema(path):
     record = ResultRecord.model_validate(json.loads(path.read_text()))
