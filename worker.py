@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from activities.artifacts import ArtifactStore  # noqa: E402
+from activities.compaction import compact  # noqa: E402
 from activities.registry import MarathonActivities  # noqa: E402
 from workflows import names  # noqa: E402
 from workflows.kernel_optimization import KernelOptimization  # noqa: E402
@@ -44,14 +45,6 @@ CHILD_ENV = "MARATHON_GPU_CHILD"
 # ------------------------------------------------------------------------------ client, workers
 async def connect(address: str, namespace: str = "default") -> Client:
     return await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
-
-
-def _compact_activity():
-    try:
-        from activities.compaction import compact
-    except ImportError:  # compaction not installed: the workflow falls back to trimming
-        return None
-    return compact
 
 
 @dataclass
@@ -83,10 +76,7 @@ def build_workers(client: Client, *, control: bool = True, gpu: bool = True,
     extra = {"identity": identity} if identity else {}
     if control:
         ex = concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="marathon-act")
-        activities = acts.control_activities()
-        compact = _compact_activity()
-        if compact is not None:
-            activities.append(compact)
+        activities = [*acts.control_activities(), compact]
         out.executors.append(ex)
         out.workers.append(Worker(client, task_queue=task_queue, workflows=[KernelOptimization],
                                   activities=activities, activity_executor=ex,

@@ -19,6 +19,7 @@ from compaction.memory import AttemptDigest, BestKernel, Memory
 from compaction.prompt import estimate_tokens, memory_block
 from compaction.summarize import (RESPONSE_FORMAT, deterministic_memory, merge_ledger, parse_model_memory,
                                   summary_messages)
+from workflows import names
 from workflows.models import ModelSettings
 
 SCHEMA_REFUSALS = ("HTTP400", "HTTP422")  # activities.model's error types for a refused request
@@ -107,7 +108,7 @@ def compact_memory(inp: CompactInput, chat: ChatFn | None = None) -> CompactResu
     return result(mem, True, None, completion.get("usage") if isinstance(completion, dict) else None)
 
 
-@activity.defn(name="compact")
+@activity.defn(name=names.COMPACT)
 def compact(inp: CompactInput) -> CompactResult:
     res = compact_memory(inp)
     activity.logger.info(res.line())

@@ -23,6 +23,7 @@ from activities.tools import source_text
 from kernels.baseline_cache import DEFAULT_TTL_S, BaselineCache
 from kernels.evaluator import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, env_digest, evaluate
 from kernels.verdict import Verdict
+from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
 from workflows.models import EVAL_MODES, EvalDigest, EvalInput, EvalResult
 
 NCU_METRICS = {
@@ -77,7 +78,7 @@ def digest(tool: str, verdict: Verdict, artifact: str | None) -> EvalDigest:
 
 def describe(tool: str, attempt: int, verdict: Verdict, ncu: dict | None = None) -> str:
     """The verdict as the model reads it."""
-    verb = {"compile_kernel": "compile", "test_kernel": "test", "profile_kernel": "profile"}[tool]
+    verb = {COMPILE_KERNEL: "compile", TEST_KERNEL: "test", PROFILE_KERNEL: "profile"}[tool]
     lines = [f"{verb} attempt {attempt}: {verdict.status.upper()} ({verdict.device}"
              + (f", {verdict.gpu.name}" if verdict.gpu else "") + f", {verdict.elapsed_s:.1f} s)",
              verdict.reason]
@@ -127,7 +128,7 @@ def ncu_metrics(req: EvalRequest, kernels: list[str], timeout_s: float = 600.0) 
     under `ncu --target-processes all`, so the candidate still runs only inside the evaluator's sandbox.
     Compile mode: one call of the candidate, no reference and no probe shapes (the verdict that asked
     for this has checked it already). In test mode the re-run took 102 s for KDA on the H200 (19 s for
-    MLA; bench/results/ncu_metrics_h200_fixed.json): ncu intercepts every launch, and the KDA reference
+    MLA; ncu_metrics_h200_fixed.json @fd1a659): ncu intercepts every launch, and the KDA reference
     alone launches thousands of kernels. A dict {kernel: {metric: value}}, or a string saying why
     there is none."""
     ncu = ncu_path()
@@ -178,7 +179,7 @@ def run_eval(inp: EvalInput, store: ArtifactStore, heartbeat: Callable[[], None]
         cache.learn(inp.problem, inp.settings.device, verdict)
     artifact = store.put(verdict.model_dump_json(indent=2))
     ncu = None
-    if (inp.tool == "profile_kernel" and inp.settings.ncu and verdict.ok and verdict.device == "cuda"
+    if (inp.tool == PROFILE_KERNEL and inp.settings.ncu and verdict.ok and verdict.device == "cuda"
             and ncu_path()):
         found = ncu_metrics(req, verdict.kernels_launched)
         ncu = found if isinstance(found, dict) else {"unavailable": {"why": found}}

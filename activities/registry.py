@@ -8,6 +8,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import evaluation, model, tools
 from activities.artifacts import ArtifactStore
+from workflows import names
 from workflows.models import (AgentTurnInput, AgentTurnResult, EditInput, EvalInput, EvalResult, ListInput,
                               NotebookEntry, NoteInput, PrepareInput, RunSetup, ShowInput, ToolResult, WriteInput)
 
@@ -17,40 +18,40 @@ class MarathonActivities:
         self.store = store or ArtifactStore()
 
     # ---- queue `marathon`: bookkeeping and the model
-    @activity.defn(name="prepare_run")
+    @activity.defn(name=names.PREPARE_RUN)
     def prepare_run(self, inp: PrepareInput) -> RunSetup:
         try:
             return tools.prepare(inp, self.store)
         except (KeyError, FileNotFoundError, ValueError) as exc:  # a bad run spec: retrying cannot help
             raise ApplicationError(f"{type(exc).__name__}: {exc}", type="BadRunSpec", non_retryable=True) from exc
 
-    @activity.defn(name="write_kernel")
+    @activity.defn(name=names.WRITE_KERNEL)
     def write_kernel(self, inp: WriteInput) -> ToolResult:
         return tools.write_kernel(inp, self.store)
 
-    @activity.defn(name="edit_kernel")
+    @activity.defn(name=names.EDIT_KERNEL)
     def edit_kernel(self, inp: EditInput) -> ToolResult:
         return tools.edit_kernel(inp, self.store)
 
-    @activity.defn(name="show_kernel")
+    @activity.defn(name=names.SHOW_KERNEL)
     def show_kernel(self, inp: ShowInput) -> ToolResult:
         return tools.show_kernel(inp, self.store)
 
-    @activity.defn(name="list_attempts")
+    @activity.defn(name=names.LIST_ATTEMPTS)
     def list_attempts(self, inp: ListInput) -> ToolResult:
         return tools.list_attempts(inp, self.store)
 
-    @activity.defn(name="note")
+    @activity.defn(name=names.NOTE)
     def note(self, inp: NoteInput) -> ToolResult:
         return tools.note(inp, self.store)
 
-    @activity.defn(name="notebook")
+    @activity.defn(name=names.NOTEBOOK)
     def notebook(self, entry: NotebookEntry) -> None:
         """A lab-notebook line: run as a local activity whose summary is the line itself, so the Web UI
         timeline reads like the notebook, and appended to <artifacts>/notebooks/<workflow id>.md."""
         self.store.append_notebook(entry.workflow_id, entry.line)
 
-    @activity.defn(name="agent_turn")
+    @activity.defn(name=names.AGENT_TURN)
     def agent_turn(self, inp: AgentTurnInput) -> AgentTurnResult:
         return model.agent_turn_impl(inp)
 
@@ -61,15 +62,15 @@ class MarathonActivities:
         except (KeyError, ValueError) as exc:  # bad evaluation settings (a shape the problem refuses, ...)
             raise ApplicationError(f"{type(exc).__name__}: {exc}", type="BadEvalSettings", non_retryable=True) from exc
 
-    @activity.defn(name="compile_kernel")
+    @activity.defn(name=names.COMPILE_KERNEL)
     def compile_kernel(self, inp: EvalInput) -> EvalResult:
         return self._evaluate(inp)
 
-    @activity.defn(name="test_kernel")
+    @activity.defn(name=names.TEST_KERNEL)
     def test_kernel(self, inp: EvalInput) -> EvalResult:
         return self._evaluate(inp)
 
-    @activity.defn(name="profile_kernel")
+    @activity.defn(name=names.PROFILE_KERNEL)
     def profile_kernel(self, inp: EvalInput) -> EvalResult:
         return self._evaluate(inp)
 

@@ -1,6 +1,6 @@
 """What the GPU itself reaches on the operations our roofline floors assume, measured in one process.
 
-    python bench/device_peaks.py [--out FILE]     # default bench/results/device_peaks_<gpu>.json
+    python bench/device_peaks.py [--out FILE]     # default .marathon/bench/device_peaks_<gpu>.json (a raw file; bench/results keeps only ResultRecords)
 
 1. A dense bf16 matmul, 8192 x 8192 x 8192 (torch.matmul, so cuBLAS): TFLOP/s. kernels/roofline.py
    takes the H200's compute floor from this figure.
@@ -84,7 +84,8 @@ def main() -> int:
     ms = median_ms(lambda: dst.copy_(src), reps=10)
     result["copy_2gib"] = {"ms": round(ms, 4), "tb_per_s_read_plus_write": round(2 * src.numel() / (ms * 1e-3) / 1e12, 3)}
 
-    out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"device_peaks_{result['host']['gpu'].split()[-1]}.json"
+    out = Path(args.out) if args.out else ROOT / ".marathon" / "bench" / f"device_peaks_{result['host']['gpu'].split()[-1]}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     print(json.dumps(result))
     return 0

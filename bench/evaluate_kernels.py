@@ -1,6 +1,6 @@
 """Evaluate shipped kernels with `marathon eval` semantics and keep the raw verdicts.
 
-    python bench/evaluate_kernels.py --problem kda --kernel starter --shapes bench [--out bench/results]
+    python bench/evaluate_kernels.py --problem kda --kernel starter --shapes bench [--out .marathon/bench]
 
 Writes <out>/<problem>_<kernel>_<shapes>.json: the verdict exactly as `marathon eval --json` prints
 it, plus the host it ran on. Prints one summary line per shape."""
@@ -29,7 +29,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--baseline", action="append", default=[], help="time only this baseline (repeatable)")
     ap.add_argument("--tag", default=None, help="file-name tag instead of the shape-set name")
-    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--out", default=".marathon/bench")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernels.evaluator import EvalRequest, evaluate, request_for  # noqa: E402
+from kernels.judge import compare  # noqa: E402
 from kernels.hostinfo import host_facts  # noqa: E402
 from kernels.problem import get_problem  # noqa: E402
 from kernels.tunables import read_tunables, with_config  # noqa: E402
@@ -58,17 +59,17 @@ PREP_GRID = {"PREP_WARPS": (4, 8), "PREP_BK": (64, 128), "PREP_BV": (64, 128)}
 SCAN_GRID = {"SCAN_BV": (16, 32), "SCAN_WARPS": (4, 8), "SCAN_STAGES": (2, 3, 4)}
 SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_STAGES_MANY": (2, 3)}
 # `--preset forms`: instead of the grids, a few changes to the shipped CONFIG, each timed alone. The
-# ones measured slower in sessions 5 and 6 are out of the list (bench/results/kda_NOTES.md and
+# ones measured slower are out of the list (kernels/kda/NOTES.md and
 # kda_forms_tune*.json: register caps, the "columns" form, 2 warps, PREP_GLAST "carry", tf32x3 and
 # ieee inverses, 2 scan stages); the launch order was within noise at B=1,T=8192.
-# Session 7: cache prefetches and a per-head scan start (both slower, code gone: kda_forms_tune_session7a.json,
-# kda_forms_tune_session7b.json), then 8-warp preparations on the current code (one program per SM
+# Cache prefetches and a per-head scan start (both slower, code gone: kda_forms_tune.json @e82139e,
+# kda_forms_tune.json @ff80c1b), then 8-warp preparations on the current code (one program per SM
 # without spills, or two under a 128-register cap) and the value solve in two halves: all three slower
-# than the shipped preparation (kda_forms_tune_session7c.json).
-# Session 8: the solve through L^-1 formed explicitly (PREP_SOLVE "inverse") and the tiles stacked to cut
-# layout conversions (PREP_STACK) measured slower (kda_forms_tune_session8a.json, _session8b.json,
-# _session8c.json); the re-centring gates without row reductions (PREP_CENTRE "half_tots") and the
-# interleaved scan operands (SCAN_WQ) were shipped from kda_forms_tune_session8c.json. Left: the shipped
+# than the shipped preparation (kda_forms_tune.json @3eb9d88).
+# The solve through L^-1 formed explicitly (PREP_SOLVE "inverse") and the tiles stacked to cut
+# layout conversions (PREP_STACK) measured slower (two kda_forms_tune.json @01e9d25,
+# one @6dceb6d); the re-centring gates without row reductions (PREP_CENTRE "half_tots") and the
+# interleaved scan operands (SCAN_WQ) were shipped from kda_forms_tune.json @6dceb6d. Left: the shipped
 # CONFIG beside the other two PREP_CENTRE values and without SCAN_WQ.
 FORMS_PREP = [{}, {"PREP_CENTRE": "half"}, {"PREP_CENTRE": "middle"}]
 FORMS_SCAN = [{}, {"SCAN_WQ": False}]
@@ -215,7 +216,7 @@ def tune(out_dir: Path, device: str, deadline: float, workers: int = 8, preset: 
             out = mod.kda(**x).float()
             if not bool(torch.isfinite(out).all()):
                 return "NaN or Inf in the output"
-            worst = max(worst, ((out - ref).norm() / ref.norm()).item())
+            worst = max(worst, compare(out, ref)[0])
         return worst
 
     def fmt(cfg: dict, knobs: tuple) -> str:
@@ -281,7 +282,7 @@ def tune(out_dir: Path, device: str, deadline: float, workers: int = 8, preset: 
             else:
                 out = fn(**x)
             out = out.float()
-            rel = ((out - ref).norm() / ref.norm()).item()
+            rel = compare(out, ref)[0]
             row["errors"].append({"kernel": name, "seed": 100 + si, "rel_err": rel,
                                   "ok": bool(torch.isfinite(out).all()) and rel <= tol.rel})
         del ref
@@ -376,7 +377,7 @@ def summary(tune_result: dict | None, records: list[dict]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("all", "tune", "eval"))
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench"))
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--kernel", action="append", default=None)
     ap.add_argument("--config", default=None, help="JSON CONFIG for the tuned kernel")

@@ -6,7 +6,7 @@ chunk, so that a failure shows which sub-chunk it is in.
 
 Runs the kernels (our own sources, not candidates) in worker processes, one job (a source and a CONFIG
 change, all its shapes and seeds) each, so that the compiles run in parallel. A fault does not stay in
-its process on the H200 we are lent: in session 9 pure-torch jobs running beside older tuned.py
+its process on the H200: pure-torch jobs running beside older tuned.py
 sources failed with "illegal memory access" too, so run a source that may fault on its own (--workers 1).
 Writes DIR/kda_partial_chunks.json with the host facts."""
 from __future__ import annotations

@@ -204,12 +204,14 @@ def speed(out_path: Path) -> dict:
             print(json.dumps(row), flush=True)
             rows.append(row)
     record = {"host": host_facts(), "shape": {"B": B, "T": T, "H": H, "K": K, "V": V}, "rows": rows}
+    out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(record, indent=1))
     return record
 
 
 def rel(out, ref) -> float:
-    return ((out - ref).norm() / ref.norm()).item()
+    from kernels.judge import compare
+    return compare(out, ref)[0]
 
 
 def main() -> int:
@@ -217,13 +219,13 @@ def main() -> int:
     ap.add_argument("mode", nargs="?", default="precision", choices=("precision", "speed"))
     ap.add_argument("--T", type=int, default=4096)
     ap.add_argument("--H", type=int, default=2)
-    ap.add_argument("--out", default=None, help="default: bench/results/kda_scan_forms.json or kda_scan_speed.json")
+    ap.add_argument("--out", default=None, help="default: .marathon/bench/kda_scan_forms.json @29f1eae or kda_scan_speed.json @e776486")
     args = ap.parse_args()
-    results = ROOT / "bench" / "results"
+    results = ROOT / ".marathon" / "bench"
     if args.mode == "speed":
-        speed(Path(args.out or results / "kda_scan_speed.json"))
+        speed(Path(args.out or results / "kda_scan_speed.json @e776486"))
         return 0
-    args.out = args.out or str(results / "kda_scan_forms.json")
+    args.out = args.out or str(results / "kda_scan_forms.json @29f1eae")
     from kernels.kda.reference import make_inputs
     shape = {"B": 1, "T": args.T, "H": args.H, "K": 128, "V": 128}
     rows = []
@@ -241,6 +243,7 @@ def main() -> int:
                "rel_err_wy": rel(scan_wy(*terms), ref), "rel_err_transition": rel(scan_transition(*terms), ref)}
         print(json.dumps(row), flush=True)
         rows.append(row)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"command": " ".join(sys.argv), "torch": torch.__version__,
                                           "rows": rows}, indent=1))
     return 0

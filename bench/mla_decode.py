@@ -2,7 +2,7 @@
 
     python bench/mla_decode.py tune  [--out DIR]                 # sweep CONFIGs, pick one
     python bench/mla_decode.py eval  [--kernel tuned --kernel starter] [--set headline --set sweep]
-                                     [--config JSON | --best-from DIR/mla_decode_tune.json]
+                                     [--config JSON | --best-from DIR/mla_decode_tune.json @7677c6f]
     python bench/mla_decode.py all   [--out DIR] [--budget-s 220]  # tune, then eval with the pick
     python bench/mla_decode.py breakdown [--out DIR] [--part streams|configs|scaling]  # B=1: whole call,
                                      # stage 1 alone, merge alone; stage 1's cache stream without its math
@@ -27,7 +27,7 @@ Shape sets: `bench` (B=1,H=64,S=8192), `extra` (B=32,H=128,S=8192), `headline` (
 evaluation) and `sweep` (the problem's sweep); `tiny` for a dry run on the CPU (--device cpu).
 
 Writes to --out: mla_decode_<kernel>_<set>.json (the raw verdict, exactly `marathon eval --json`,
-under "verdict", with the host facts beside it), mla_decode_tune.json, and mla_decode_summary.json
+under "verdict", with the host facts beside it), mla_decode_tune.json @7677c6f, and mla_decode_summary.json @7677c6f
 (GPU, driver, torch, triton; per kernel and shape: latency, CUDA-graph latency, % of the roofline
 floor, achieved HBM bandwidth = min bytes / latency and its share of the 4.3 TB/s measured peak)."""
 from __future__ import annotations
@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernels.evaluator import EvalRequest, evaluate, request_for  # noqa: E402
+from kernels.judge import compare  # noqa: E402
 from kernels.hostinfo import host_facts  # noqa: E402
 from kernels.problem import get_problem  # noqa: E402
 from kernels.tunables import read_tunables, with_config  # noqa: E402
@@ -68,12 +69,12 @@ STAGE1 = [
     (32, 16, 8, 2), (32, 32, 8, 2), (32, 32, 8, 3), (32, 64, 8, 2), (32, 32, 4, 2),
     (16, 16, 4, 2), (16, 32, 4, 2), (16, 32, 4, 3), (16, 32, 8, 2), (16, 64, 8, 2),
     # two 8-row MMA slices per warp instead of one: twice the independent chains, half the tiles
-    # (the B=1 stage 1 looks latency-bound; bench/results/mla_decode_NOTES.md, session 3)
+    # (the B=1 stage 1 looks latency-bound; kernels/mla_decode/NOTES.md)
     (16, 64, 4, 2),
     # FORM "tokens" (cache rows as the products' M, so wgmma at any head block). Compiled for sm_90 on
     # a CPU host first (bench/sm90_resources.py): 64-row tiles take 168-229 KB of shared memory at 2
-    # stages, 128-row tiles fit only at 1 stage. One stage is not offered: on the H200 (session 6,
-    # bench/results/mla_decode_tune_session6.json) it gave wrong results at 16 heads and 4 warps and
+    # stages, 128-row tiles fit only at 1 stage. One stage is not offered: on the H200
+    # (mla_decode_tune.json @bb2fa31) it gave wrong results at 16 heads and 4 warps and
     # an illegal memory access at 32 heads, after which the device's other contexts failed too
     (16, 64, 4, 2, "tokens"), (16, 64, 8, 2, "tokens"), (32, 64, 8, 2, "tokens"),
 ]
@@ -212,7 +213,7 @@ def tune(out_dir: Path, workers: int = 8, deadline: float | None = None, device:
             _, inp, ref = data[json.dumps(shape)]
             try:
                 out = mod.mla_decode(**inp).float()
-                rel = ((out - ref).norm() / ref.norm()).item()
+                rel = compare(out, ref)[0]
                 ok = bool(torch.isfinite(out).all()) and rel <= spec.tolerances[spec.dtypes[device]].rel
                 call = lambda: mod.mla_decode(**inp)  # noqa: E731
                 res = {"shape": shape, "rel_err": rel, "correct": ok, "graph_us": timer.graph_us(call)}
@@ -282,7 +283,7 @@ def tune(out_dir: Path, workers: int = 8, deadline: float | None = None, device:
         final = None
     result = {"shapes": shapes, "host": host_facts(), "flush": flush, "phase1": phase1, "phase2": phase2,
               "best": best, "best_row": final, "diagnosis": diag, "elapsed_s": round(time.time() - t0, 1)}
-    (out_dir / "mla_decode_tune.json").write_text(json.dumps(result, indent=1))
+    (out_dir / "mla_decode_tune.json @7677c6f").write_text(json.dumps(result, indent=1))
     print("\nphase 1 leaders (graph us on the regime's shape):")
     for pre, rows in phase1.items():
         for row in ranked(rows, 1)[:5]:
@@ -372,14 +373,14 @@ def study(out_dir: Path, device: str = "cuda") -> dict:
                   flush=True)
         del inp, kv
     result = {"host": host_facts(), "config": base_config(), "graph_us_by_flush": rows}
-    (out_dir / "mla_decode_flush_study.json").write_text(json.dumps(result, indent=1))
+    (out_dir / "bench/results/h200/mla_decode_tuned_flush_study.json").write_text(json.dumps(result, indent=1))
     return result
 
 
 # (stage-1 variant, SPLIT_WAVES, other keys) whose time the breakdown splits between the two kernels,
-# at B=1: session 6's forms, head blocks and split counts (mla_decode_breakdown.json). Session 7 timed a
-# stage-1 L2 prefetch and bf16 workspaces the same way, both slower whole calls, their code gone
-# (mla_decode_configs_session7.json, mla_decode_configs_session7b.json)
+# at B=1: the forms, head blocks and split counts (mla_decode_breakdown.json @bb2fa31). A
+# stage-1 L2 prefetch and bf16 workspaces timed the same way were both slower whole calls, their code gone
+# (mla_decode_configs.json @e82139e, mla_decode_configs.json @ff80c1b)
 BREAKDOWN = [((16, 32, 4, 3), 0.5, {}), ((16, 32, 4, 3), 1, {}), ((16, 32, 4, 3), 2, {}), ((16, 64, 4, 2), 1, {}),
              ((16, 64, 4, 2), 2, {}), ((16, 64, 4, 2, "tokens"), 0.5, {}), ((16, 64, 4, 2, "tokens"), 1, {}),
              ((16, 64, 4, 2, "tokens"), 2, {}), ((32, 64, 8, 2, "tokens"), 1, {}), ((64, 64, 8, 2), 0.5, {}),
@@ -451,7 +452,7 @@ def _split_times(mod, timer: "Timer", cfg: dict, shape: dict, inp: dict, ref, ro
     mod.CONFIG.update(cfg)
     try:
         out = mod.mla_decode(**inp).float()
-        row["rel_err"] = ((out - ref).norm() / ref.norm()).item()
+        row["rel_err"] = compare(out, ref)[0]
         call = lambda: mod.mla_decode(**inp)  # noqa: E731
         row["whole_graph_us"] = timer.graph_us(call)
         for skip, names in (("stage1_only", ("_mla_merge_kernel",)), ("merge_only", ("_mla_split_kernel",))):
@@ -504,7 +505,7 @@ def breakdown(out_dir: Path, device: str = "cuda", parts: tuple = BREAKDOWN_PART
         scaling.append(row)
         print(json.dumps(row), flush=True)
     result = {"host": host_facts(), "shape": BENCH, "rows": rows, "streams": streams, "scaling": scaling}
-    name = "mla_decode_breakdown.json" if set(parts) == set(BREAKDOWN_PARTS) else f"mla_decode_{'_'.join(parts)}.json"
+    name = "mla_decode_breakdown.json @bb2fa31" if set(parts) == set(BREAKDOWN_PARTS) else f"mla_decode_{'_'.join(parts)}.json"
     (out_dir / name).write_text(json.dumps(result, indent=1))
     return result
 
@@ -589,12 +590,12 @@ def main() -> int:
     ap.add_argument("mode", choices=("tune", "eval", "all", "study", "breakdown"))
     ap.add_argument("--flush", default="read", choices=("read", "write"),
                     help="tune: the L2 flush before each timed replay (kernels/timing.py L2Flush)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench"))
     ap.add_argument("--kernel", action="append", default=None, help="eval: starter and/or tuned (default both)")
     ap.add_argument("--set", action="append", default=None,
                     help="eval: bench, extra, headline, sweep (default headline)")
     ap.add_argument("--config", default=None, help="eval: a JSON CONFIG for tuned instead of the file's")
-    ap.add_argument("--best-from", default=None, help="eval: take tuned's CONFIG from a mla_decode_tune.json")
+    ap.add_argument("--best-from", default=None, help="eval: take tuned's CONFIG from a mla_decode_tune.json @7677c6f")
     ap.add_argument("--no-baselines", action="append", default=[], metavar="KERNEL",
                     help="eval: skip the baselines for this kernel's evaluations (repeatable)")
     ap.add_argument("--no-baselines-set", action="append", default=[], metavar="SET",

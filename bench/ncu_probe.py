@@ -11,7 +11,7 @@
    -> DIR/ncu_<problem>.txt (ncu's own text) and the command in ncu_metrics.json
 3. With --fences: path 1 again for the first problem with each of the sandbox's OS fences switched
    off in turn (the judge's MARATHON_SANDBOX_* switches). On the H200 the candidate's process died
-   with SIGSEGV under ncu with all fences up (session 5); which fence does ncu's injection trip over?
+   with SIGSEGV under ncu with all fences up; which fence does ncu's injection trip over?
    -> "fences" in ncu_metrics.json (this runs the candidate less fenced: the shipped kernels only)
 4. With --source KERNEL: the full metric set of one launch of the tuned kernel named KERNEL (of the
    first --problem, default kda; e.g. _kda_prep, or _mla_split_kernel with --problem mla_decode), per

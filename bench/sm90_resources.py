@@ -6,8 +6,8 @@ headline shapes (pointers and the integer arguments that are multiples of 16 mar
     python bench/sm90_resources.py --kda-prep [PREP_BK,PREP_BV,warps ...] [--out FILE]  KDA preparation
     python bench/sm90_resources.py --kda-scan [SCAN_BV,warps,stages[,wq[,nt_aligned]] ...] [--out FILE]  KDA scan
 
-Prints one line per variant and writes the rows as JSON (default: bench/results/mla_decode_sm90_resources.json,
-or kda_prep_sm90_resources.json)."""
+Prints one line per variant and writes the rows as JSON (default: .marathon/bench/mla_decode_sm90_resources.json @42ef1e3,
+or kda_prep_sm90_resources.json @7b4d36a)."""
 from __future__ import annotations
 
 import argparse
@@ -45,7 +45,7 @@ def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int 
     pointer torch allocates; integer arguments that are multiples of 16). The launcher specializes on
     this, and without it the counts are those of another kernel: the KDA preparation compiled without
     it had 792 B of spills and scalar loads, with it 40 B and 128-bit loads, and its 7,840
-    instructions are exactly those ncu listed on the H200 (bench/results/ncu_kda_prep_sass_h200.csv.gz).
+    instructions are exactly those ncu listed on the H200 (ncu_kda_prep_sass_h200.csv.gz @fd1a659).
     keep_cubin: also write the cubin there (bench/ncu_sass_lines.py reads its line table)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -135,7 +135,7 @@ def kda_prep_args(variant: str) -> tuple:
 
 def kda_scan_resources(bv: int, warps: int, stages: int, wq: int = 0, nt_aligned: int = 0) -> dict:
     """The KDA scan at K = V = 128 (bf16 operands) with SCAN_BV = bv, SCAN_WQ = bool(wq). NT is not
-    specialized by the launcher since session 9 (do_not_specialize); nt_aligned compiles it marked
+    specialized by the launcher (do_not_specialize); nt_aligned compiles it marked
     divisible by 16 as it was before, to compare the two (sass_sha1)."""
     from kernels.kda import tuned
     sig = {n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")}
@@ -160,7 +160,7 @@ def main() -> int:
     args = ap.parse_args()
     import triton
     name = "kda_prep" if args.kda_prep else "kda_scan" if args.kda_scan else "mla_decode"
-    args.out = args.out or str(ROOT / "bench" / "results" / f"{name}_sm90_resources.json")
+    args.out = args.out or str(ROOT / ".marathon" / "bench" / f"{name}_sm90_resources.json")
     measure = kda_prep_resources if args.kda_prep else kda_scan_resources if args.kda_scan else resources
     rows = []
     for v in args.variants or (KDA_DEFAULT if args.kda_prep else ["32,4,3"] if args.kda_scan else DEFAULT):
@@ -171,6 +171,7 @@ def main() -> int:
             row = measure(*nums)
         rows.append(row)
         print(json.dumps(row), flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"triton": triton.__version__, "target": "cuda sm_90", "rows": rows}, indent=1))
     return 0
 

@@ -26,6 +26,7 @@ import json
 from typing import Any
 
 from compaction.memory import MERGED, BestKernel, Failure, Goal, LiveFigures, Memory, Strategy
+from compaction.text import one_line
 
 CHARS_PER_TOKEN = 3.5
 MESSAGE_OVERHEAD = 4
@@ -120,8 +121,7 @@ def strip_figures(text: str) -> str:
 
 
 def _clip(text: str, limit: int = ENTRY_CHARS) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return one_line(text, limit)
 
 
 def _fmt_speedups(speedups: dict[str, float]) -> str:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from compaction.memory import MERGED, AttemptDigest, BestKernel, Failure, Memory, Strategy
 from compaction.prompt import goal_text, memory_block
+from compaction.text import one_line as _one_line
 
 CAPS = {"strategies": 30, "failures": 40, "insights": 16, "hypotheses": 10}
 MERGED_CHARS = {"strategies": 3000, "failures": 8000, "insights": 1500, "hypotheses": 800}
@@ -42,11 +43,6 @@ class CompactionOutputError(ValueError):
 
 
 # ------------------------------------------------------------------------------------ helpers
-
-
-def _one_line(text: Any, limit: int) -> str:
-    text = " ".join(str(text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _norm(text: str) -> str:

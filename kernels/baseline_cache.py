@@ -2,7 +2,7 @@
 
 Timing a baseline is most of an evaluation's cost when the baseline is slow to start: FLA's
 `chunk_kda` autotunes its kernels in every fresh judge process, which took 86 of a KDA profile's
-121 s on an H200 (bench/results/tuner_kda_h200.json, `phases_s`). A marathon profiles the same
+121 s on an H200 (tuner_kda_h200.json @e23e9d6, `phases_s`). A marathon profiles the same
 shapes hundreds of times, so the worker keeps each baseline figure for `ttl_s` and hands it to the
 judge with the request (EvalRequest.known_baselines); the judge reuses a matching figure instead of
 timing the baseline again, and the verdict names every reused figure and its age

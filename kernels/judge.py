@@ -388,7 +388,7 @@ PROBE_RANGES = {
 # Sequence lengths are drawn log-uniformly: short sequences (one tile, a partial one, the first tile
 # boundary) are where chunked kernels break, and a uniform draw over 1..1500 lands in 17..64 about one
 # time in thirty, a log-uniform one about one in five. The shipped KDA scan was wrong at every one-chunk
-# T from 17 to 64 on the H200 until session 9 (bench/results/kda_NOTES.md).
+# T from 17 to 64 on the H200 before its NT stopped being specialized (kernels/kda/NOTES.md).
 LOG_DRAWN_DIMS = ("T", "S")
 
 

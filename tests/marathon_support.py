@@ -8,7 +8,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-import pytest
 from temporalio.client import Client, WorkflowHandle
 
 import worker
@@ -31,12 +30,6 @@ def mla_wrong() -> str:
     out = STARTER_MLA.replace("out = acc / l_run", "out = 2.0 * acc / l_run")
     assert out != STARTER_MLA
     return out
-
-
-@pytest.fixture(scope="module")
-def temporal_server():
-    with worker.DevServer() as srv:
-        yield srv
 
 
 def queues() -> tuple[str, str]:

@@ -1,4 +1,4 @@
-"""Issue 5's acceptance, in library form: a scripted 1,000-tool-call run through the compaction loop.
+"""Compaction's contract, in library form: a scripted 1,000-tool-call run through the compaction loop.
 
 At every model call the prompt is under budget; the goal block at call 1,000 equals the one at call 1
 except for its figures; a strategy that failed before a compaction is still in the memory after it
@@ -10,7 +10,7 @@ import pytest
 
 from compaction.memory import Memory
 from compaction.prompt import goal_text, memory_block
-from compaction.scripted import FIRST_FAILURE, ScriptConfig, kda_goal, mentions, run_scripted
+from scripted_compaction import FIRST_FAILURE, ScriptConfig, kda_goal, mentions, run_scripted
 
 CONFIGS = {
     "defaults": ScriptConfig(),  # RunSpec's defaults: compact every 40 calls, 48k-token budget

@@ -1,4 +1,4 @@
-"""Measurement integrity (issue 3): every hostile candidate in tests/hostile/ gets its exact verdict,
+"""Measurement integrity: every hostile candidate in tests/hostile/ gets its exact verdict,
 and honest candidates (both starters, the tuned MLA kernel) still get ok.
 
 Each hostile file's docstring says which attack it is and which defence answers it. Cases marked

@@ -3,7 +3,6 @@ import asyncio
 import time
 
 import marathon
-from marathon_support import temporal_server  # noqa: F401  (fixture)
 from workflows import names
 from workflows.models import RunSpec
 

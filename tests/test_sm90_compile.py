@@ -1,6 +1,6 @@
 """The shipped tuned kernels, at their shipped CONFIG, compile for Hopper (sm_90) on this CPU host and fit
 its limits. The Triton interpreter that runs the other CPU tests never lowers a kernel, so type errors
-that only lowering sees (session 6: a bf16 maximum typed fp32 in a loop) and shared-memory budgets
+that only lowering sees (once, a bf16 maximum typed fp32 in a loop) and shared-memory budgets
 beyond the GPU's would otherwise first show on a lent GPU. bench/sm90_resources.py compiles with
 triton's bundled ptxas, specialized the way the launcher specializes at the headline shapes; it runs
 in a subprocess because these tests' process has the interpreter switched on (conftest.py)."""

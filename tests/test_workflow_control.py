@@ -8,7 +8,7 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
 from fake_openai import FakeOpenAI, completion
-from marathon_support import mla_variant, queues, start, temporal_server, workers  # noqa: F401
+from marathon_support import mla_variant, queues, start, workers
 from workflows import names
 from workflows.models import (Attempt, BestReport, Budgets, EvalSettings, Extension, ModelSettings, RunSpec,
                               RunStatus)

@@ -14,7 +14,7 @@ import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 
 from fake_openai import FakeOpenAI, completion
-from marathon_support import ROOT, mla_variant, queues, start, temporal_server  # noqa: F401
+from marathon_support import ROOT, mla_variant, queues, start
 from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec, ToolCallRecord
 import worker as worker_module
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from fake_openai import FakeOpenAI, completion, error
-from marathon_support import mla_variant, mla_wrong, queues, start, temporal_server, workers  # noqa: F401
+from marathon_support import mla_variant, mla_wrong, queues, start, workers
 from workflows.models import Attempt, Budgets, EvalSettings, ModelSettings, RunSpec, ToolCallRecord
 from workflows.toolspec import TOOLS
 

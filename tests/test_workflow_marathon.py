@@ -11,7 +11,7 @@ import pytest
 
 from compaction.prompt import estimate_tokens, tools_tokens
 from fake_openai import FakeOpenAI, Reply, completion
-from marathon_support import mla_variant, queues, segments, start, temporal_server, workers  # noqa: F401
+from marathon_support import mla_variant, queues, segments, start, workers
 from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec, ToolCallRecord
 from workflows.toolspec import TOOLS
 

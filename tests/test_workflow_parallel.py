@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from marathon_support import queues, start, temporal_server, workers  # noqa: F401
+from marathon_support import queues, start, workers
 from workflows.models import Budgets, EvalSettings, RunSpec
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]

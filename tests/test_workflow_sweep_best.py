@@ -14,7 +14,7 @@ from temporalio.worker import Worker
 
 from activities import evaluation
 from activities.artifacts import ArtifactStore
-from marathon_support import queues, start, temporal_server, workers  # noqa: F401
+from marathon_support import queues, start, workers
 from workflows import names
 from workflows.models import Budgets, EvalInput, EvalResult, EvalSettings, RunSpec, RunStatus
 

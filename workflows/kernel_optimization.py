@@ -32,10 +32,12 @@ with workflow.unsafe.imports_passed_through():
     from compaction.prompt import (PromptBudgetError, build_messages, estimate_prompt, needs_compaction, tail_turns, tools_tokens,
                                    with_best)
     from compaction.summarize import clip_transcript
+    from compaction.text import one_line
     from kernels.tunables import TunablesError, with_config
     from workflows import names
-    from workflows.models import (EVAL_TOOLS, AgentTurnInput, AgentTurnResult, Attempt, BestKernel, BestReport,
-                                  EditInput, EvalInput, EvalResult, Extension, ListInput, describe_invalid, NotebookEntry,
+    from workflows.models import (AgentTurnInput, AgentTurnResult, Attempt, BestKernel, BestReport,
+                                  EditInput, EvalInput, EvalResult, Extension, ListInput, NotebookEntry,
+                                  describe_invalid,
                                   NoteInput, PrepareInput, RunReport, RunSetup, RunSpec, RunState, RunStatus,
                                   ShowInput, SourceRef, ToolCallRecord, ToolResult, TunerTrial, WriteInput)
     from workflows.toolspec import TOOLS, parse_call
@@ -50,8 +52,7 @@ SEARCH_ATTRIBUTE_EVERY = 10  # tool calls between search-attribute upserts (a ne
 
 
 def _short(text: str, n: int = LEDGER_SUMMARY_CHARS) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return one_line(text, n)
 
 
 def _fmt_cfg(config: dict[str, Any] | None) -> str:
@@ -145,8 +146,8 @@ class KernelOptimization:
     async def _sweep_best(self) -> None:
         """Test the kernel handed back for correctness on the problem's sweep shapes, once, on a GPU
         worker. The run's evaluations saw their own shapes and one random probe each, and a kernel can
-        be fast there and wrong elsewhere: the shipped KDA kernel was wrong at every one-chunk length
-        until session 9. Skipped where the best was judged on a CPU (sweep shapes are GPU-sized), where
+        be fast there and wrong elsewhere: the shipped KDA kernel was once wrong at every one-chunk
+        length, and only the sweep showed it. Skipped where the best was judged on a CPU (sweep shapes are GPU-sized), where
         the run was already judged on the sweep, and when a stop was asked for."""
         st, spec = self.state, self.spec
         b = st.best
@@ -200,7 +201,7 @@ class KernelOptimization:
         st.current, st.current_source = 0, setup.start
         await self._notebook(f"start: {spec.problem}, {setup.kernel_label} kernel as attempt 0, policy {st.policy}, "
                              f"budget {st.budget_tool_calls} tool calls / {st.budget_hours:g} h")
-        text = await self._tool("profile_kernel", {}, call_id="start")
+        text = await self._tool(names.PROFILE_KERNEL, {}, call_id="start")
         goal = self._goal()
         st.memory = (spec.memory.model_copy(update={"goal": goal, "hints": list(st.hints)}) if spec.memory
                      else empty_memory(goal, hints=st.hints))
@@ -472,7 +473,7 @@ class KernelOptimization:
         await self._wait_if_paused()
 
         async def profile(trial: TunerTrial, tried: int, thought: str, n: int, source: SourceRef) -> None:
-            await self._tool("profile_kernel", {}, call_id=f"tuner-{tried}-profile", thought=thought, target=(n, source))
+            await self._tool(names.PROFILE_KERNEL, {}, call_id=f"tuner-{tried}-profile", thought=thought, target=(n, source))
             e = st.attempts[n].evals[-1] if st.attempts[n].evals else None
             trial.status = e.status if e else "crashed"
             trial.latency_us = e.latency_us if e else None
@@ -562,7 +563,7 @@ class KernelOptimization:
             st.current, st.current_source = n, res.source
             return res.text, True, n
 
-        if name in EVAL_TOOLS:
+        if name in names.EVAL_TOOLS:
             n, source = target if target else (st.current, st.current_source)
             verb = name.removesuffix("_kernel")
             best = f"; best {st.best.speedup:.3g}x @ {st.best.attempt}" if st.best and st.best.speedup else ""

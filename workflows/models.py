@@ -15,12 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from compaction.memory import AttemptDigest, Memory
 from kernels.verdict import Verdict
+from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
 
 Policy = Literal["llm", "tuner"]
-TOOL_NAMES = ("write_kernel", "edit_kernel", "compile_kernel", "test_kernel", "profile_kernel",
-              "show_kernel", "list_attempts", "note")
-EVAL_TOOLS = ("compile_kernel", "test_kernel", "profile_kernel")
-EVAL_MODES = {"compile_kernel": "compile", "test_kernel": "test", "profile_kernel": "full"}
+EVAL_MODES = {COMPILE_KERNEL: "compile", TEST_KERNEL: "test", PROFILE_KERNEL: "full"}
 
 
 # ------------------------------------------------------------------------------------------ input
@@ -96,7 +94,7 @@ class RunSpec(_Input):
     eval: EvalSettings = Field(default_factory=EvalSettings)
     hints: list[str] = Field(default_factory=list)  # the user's hints, given at start
     memory: Memory | None = None  # start from an earlier run's memory (e.g. a tuner run's report)
-    # compaction (issue 5)
+    # compaction
     compact_every: int = Field(default=40, ge=1)  # tool calls between compactions
     context_budget: int = Field(default=48000, ge=1)  # tokens a prompt may use
     # bounded history

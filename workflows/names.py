@@ -11,12 +11,16 @@ GPU_TASK_QUEUE = "marathon-gpu"  # compile/test/profile: one worker process per 
 # activities on TASK_QUEUE
 PREPARE_RUN = "prepare_run"
 AGENT_TURN = "agent_turn"
-COMPACT = "compact"  # activities/compaction.py (issue 5)
+COMPACT = "compact"  # activities/compaction.py
 NOTEBOOK = "notebook"  # a local activity: one line of the lab notebook
 WRITE_KERNEL, EDIT_KERNEL, SHOW_KERNEL, LIST_ATTEMPTS, NOTE = (
     "write_kernel", "edit_kernel", "show_kernel", "list_attempts", "note")
 # activities on GPU_TASK_QUEUE
 COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL = "compile_kernel", "test_kernel", "profile_kernel"
+# the model's tools are these activities, by the same names
+TOOL_NAMES = (WRITE_KERNEL, EDIT_KERNEL, COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL, SHOW_KERNEL, LIST_ATTEMPTS,
+              NOTE)
+EVAL_TOOLS = (COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL)
 
 # workflow.patched() ids: histories recorded before a change replay without it
 PATCH_SWEEP_BEST = "sweep-check-of-the-best"

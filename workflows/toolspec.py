@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from workflows import names
+
 
 class _Args(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -39,8 +41,9 @@ class NoteArgs(_Args):
 
 
 ARGS: dict[str, type[_Args]] = {
-    "write_kernel": WriteArgs, "edit_kernel": EditArgs, "compile_kernel": NoArgs, "test_kernel": NoArgs,
-    "profile_kernel": NoArgs, "show_kernel": ShowArgs, "list_attempts": ListArgs, "note": NoteArgs,
+    names.WRITE_KERNEL: WriteArgs, names.EDIT_KERNEL: EditArgs, names.COMPILE_KERNEL: NoArgs,
+    names.TEST_KERNEL: NoArgs, names.PROFILE_KERNEL: NoArgs, names.SHOW_KERNEL: ShowArgs,
+    names.LIST_ATTEMPTS: ListArgs, names.NOTE: NoteArgs,
 }
 
 

@@ -39,21 +39,21 @@ import triton.language as tl
 # knobs a tuner may turn (kernels/tunables.py); the launcher reads CONFIG.
 # CHUNK is 64 only: the preparation kernel is written out for four 16-token sub-chunks.
 # CONFIG holds the fastest settings measured on an H200: the preparation's from
-# bench/results/kda_log_run1.txt; the few-heads scan's (SCAN_BV=32) from the scan timed alone on
-# random operands (bench/results/kda_scan_speed.json: 176 us against 330 us for SCAN_BV=16 at
+# kda_log_run1.txt @a2c9222; the few-heads scan's (SCAN_BV=32) from the scan timed alone on
+# random operands (kda_scan_speed.json @e776486: 176 us against 330 us for SCAN_BV=16 at
 # B=1, T=8192, H=32; run 1's SCAN_BV=32 rows had failed only after an earlier fault poisoned the
-# process). The diagonal-block inverses by tf32 products (PREP_INV) since session 6: the preparation
-# 497.6 us against 525.3 with ieee (bench/results/kda_forms_tune_session6b.json). Judged end to end:
-# 680.5 us against FLA's 999.9 us at B=1,T=8192, 1.47x (bench/results/kda_tuned_tf32_B_1_T_8192.json);
+# process). The diagonal-block inverses by tf32 products (PREP_INV): the preparation
+# 497.6 us against 525.3 with ieee (kda_forms_tune.json @bb2fa31). Judged end to end:
+# 680.5 us against FLA's 999.9 us at B=1,T=8192, 1.47x (kda_tuned_tf32_B_1_T_8192.json @32a721a);
 # the "columns" form, register caps, the carry variant and tf32x3 measured slower
-# (bench/results/kda_forms_tune*.json). Since session 8 PREP_CENTRE "half_tots" (the sub-chunks'
+# (kernels/kda/NOTES.md). PREP_CENTRE "half_tots" (the sub-chunks'
 # re-centring gates and carries from one reduction over the chunk's gates instead of eight over rows:
 # the preparation 413.1 us against 485.4) and
-# SCAN_WQ (173.9 against 175.9 us) (bench/results/kda_forms_tune_session8c.json); judged end to end
+# SCAN_WQ (173.9 against 175.9 us) (kda_forms_tune.json @6dceb6d); judged end to end
 # 594.4 us against FLA's 996 us at B=1,T=8192, 1.68x, and 1.69x and 1.67x at the other two headline
-# shapes (bench/results/kda_tuned_session8c_B_1_T_8192.json, kda_tuned_session8c_shapes.json). With the
-# scan's NT unspecialized (session 9, below) judged again: 592.4 us against 996.5, 1.68x; 1.69x and 1.68x
-# (kda_tuned_session9_shapes.json); correct on the sweep shape set (kda_tuned_sweep_session9.json).
+# shapes (kda_tuned_B_1_T_8192.json @6dceb6d, kda_tuned_shapes.json @6dceb6d). With the
+# scan's NT unspecialized (below) judged again: 592.4 us against 996.5, 1.68x; 1.69x and 1.68x
+# (bench/results/h200/kda_tuned_bench.json); correct on the sweep shape set (bench/results/h200/kda_tuned_sweep.json).
 TUNABLES = {
     "CHUNK": (64,),
     "PREP_BK": (32, 64, 128),  # channels per step of the preparation (128: one step, fastest measured)
@@ -75,13 +75,13 @@ TUNABLES = {
     # how the solve gives W and U0: "blocks" (forward substitution sub-chunk by sub-chunk, a chain of
     # seven dependent 16-row products per right-hand side) or "inverse" (L^-1 diag(beta) formed
     # explicitly from the diagonal-block inverses by 16 x 16 products, then one 64-row product per
-    # right-hand side; 544.9 against 494.5 us in session 8, bench/results/kda_forms_tune_session8a.json)
+    # right-hand side; 544.9 against 494.5 us, kda_forms_tune.json @01e9d25)
     "PREP_SOLVE": ("blocks", "inverse"),
     # fewer layout conversions (each a round trip through shared memory between CTA barriers):
     # "inverses", the four diagonal-block inverses as one batched [4, 16, 16] product chain; "stores",
     # M, W and U0 stored as whole 64-row tiles assembled in registers instead of sixteen, four and four
-    # 16-row ones; "all", both (none faster in session 8 beside PREP_CENTRE "half_tots":
-    # bench/results/kda_forms_tune_session8c.json)
+    # 16-row ones; "all", both (none faster beside PREP_CENTRE "half_tots":
+    # kda_forms_tune.json @6dceb6d)
     "PREP_STACK": ("none", "inverses", "stores", "all"),
     # pairs only: each sub-chunk's re-centring gate Gm, the gate at its middle row ("middle", a
     # reduction over the rows to extract it) or the gate before it plus half its total ("half", from
@@ -104,7 +104,7 @@ TUNABLES = {
     "SCAN_STAGES_MANY": (2, 3, 4),
     # launch the scan as a programmatic dependent launch (Hopper): its programs are placed while the
     # preparation's last wave runs and wait in griddepcontrol.wait, hiding the launch gap between them
-    # (no gain measured at B=1,T=8192 on the H200 in session 6: bench/results/kda_NOTES.md)
+    # (no gain measured at B=1,T=8192 on the H200: kernels/kda/NOTES.md)
     "SCAN_PDL": (False, True),
     # W, Qg and Kd interleaved chunk by chunk in one buffer, and the scan's W S and Qg S as one
     # [2 BT, BK] x [BK, BV] product (one tensor-core product and wait fewer per chunk)
@@ -376,7 +376,7 @@ def _products_pairs(q_ptr, k_ptr, g_ptr, qk_base, t0, T, stride_qt, K, scale, w_
 
     # --- M (scaled) out as a full BT x BT tile: causal inside the diagonal blocks, zeros above.
     #     (Leaving the zero blocks unwritten and loading only the causal part in the scan was
-    #     measured on the H200 in session 6: the masked load slowed the scan from 175 to 291 us.) ---
+    #     measured on the H200: the masked load slowed the scan from 175 to 291 us.) ---
     lower = cs[:, None] >= cs[None, :]
     if STACK_ST:  # one 64 x 64 tile: column block J of the rows stacked, transposed back
         DTM: tl.constexpr = m_ptr.dtype.element_ty
@@ -644,11 +644,11 @@ def _kda_prep(
 
 
 # NT is not specialized: Triton's launcher makes an integer argument equal to 1 a constant, and the
-# scan compiled for NT == 1 (SCAN_BV 32, 4 warps, bf16) gave wrong output rows 16-63 on the H200 in
-# session 9 (one chunk, T = 17..64: rel err 0.26 to 1.25; NT >= 2, fp32 and the 8-warp scan were right;
-# bench/results/kda_partial_chunks_session9a.json; right after this change: kda_partial_chunks_session9b.json).
+# scan compiled for NT == 1 (SCAN_BV 32, 4 warps, bf16) gave wrong output rows 16-63 on the H200
+# (one chunk, T = 17..64: rel err 0.26 to 1.25; NT >= 2, fp32 and the 8-warp scan were right;
+# kernels/kda/NOTES.md, "one-chunk sequences").
 # Unspecialized, one compile serves every NT; its sm_90 SASS is the one the headline shapes ran before
-# (NT marked divisible by 16 or not: the same instructions, kda_scan_sm90_resources_session9.json).
+# (NT marked divisible by 16 or not: the same instructions, kda_scan_sm90_resources.json @238725e).
 @triton.jit(do_not_specialize=["NT"])
 def _kda_scan(
     w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr,
@@ -701,7 +701,7 @@ def _kda_scan(
         tl.store(o_ptr + o_base + r[:, None].to(tl.int64) * (H * V) + offs_v[None, :],
                  o.to(o_ptr.dtype.element_ty), mask=omask)
         # (the state's product before the output's, which the next chunk does not wait on, measured
-        # slower on the H200 in session 6: 227 against 178 us, bench/results/kda_forms_tune_session6d.json)
+        # slower on the H200: 227 against 178 us, kda_forms_tune.json @32a721a)
         S = tl.dot(tl.trans(kd), u, acc=S * gl[:, None])
 
 

@@ -64,9 +64,9 @@ TUNABLES = {
     "FORM": ("heads", "tokens"),
     "SMALL_FORM": ("heads", "tokens"),
 }
-# Picked on an H200 by `python bench/mla_decode.py tune` (bench/results/mla_decode_tune.json): CUDA-graph
+# Picked on an H200 by `python bench/mla_decode.py tune` (mla_decode_tune.json @7677c6f): CUDA-graph
 # time after an L2 flush, 21.7 us at B=1, H=64, S=8192 and 272 us at B=32, H=128, S=8192.
-# Session 6's tune with FORM (mla_decode_tune_session6.json) found the best "tokens" stage 1 within
+# A later tune with FORM (mla_decode_tune.json @bb2fa31) found the best "tokens" stage 1 within
 # 0.4 us of this CONFIG at B=1 (21.09 against 21.47 us in the same run): not worth changing.
 CONFIG = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "SPLIT_WAVES": 1,
           "SMALL_BELOW": 16, "SMALL_BLOCK_H": 16, "SMALL_BLOCK_N": 32, "SMALL_num_warps": 4,
