@@ -10,7 +10,7 @@ import pytest
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from marathon_support import queues, temporal_server, workers  # noqa: F401
+from marathon_support import queues, workers
 from workflows import names
 from workflows.models import RunStatus
 
