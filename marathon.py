@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from kernels.evaluator import EvaluatorError, evaluate, request_for
-from kernels.problem import PROBLEM_NAMES, ShapeError, parse_shape
+from kernels.problem import PROBLEM_NAMES, ShapeError, parse_shape, resolve_problem
 from kernels.verdict import Verdict
 
 
@@ -44,7 +44,9 @@ def _table(v: Verdict) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     try:
         shapes = [parse_shape(s) for s in args.shape]
-        req = request_for(args.problem, args.kernel, device=args.device, shape_set=args.shapes, shapes=shapes,
+        name, problem_source = resolve_problem(args.problem)
+        req = request_for(name, args.kernel, problem_source=problem_source, dtype=args.dtype,
+                          device=args.device, shape_set=args.shapes, shapes=shapes,
                           timeout_s=args.timeout, mode=args.mode, seeds=args.seeds, reps=args.reps,
                           baselines=not args.no_baselines, only_baselines=args.baseline)
         verdict = evaluate(req)
@@ -62,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="marathon", description="Day-long, crash-proof Triton kernel optimization.")
     sub = ap.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("eval", help="judge one kernel: policy, compile, correctness, timing against baselines")
-    ev.add_argument("--problem", required=True, choices=PROBLEM_NAMES)
+    ev.add_argument("--problem", required=True, help=f"a built-in problem ({', '.join(PROBLEM_NAMES)}), its folder, or a KernelBench-format .py file")
+    ev.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"),
+                    help="the input dtype (default: the problem's; float32 for a KernelBench file)")
     ev.add_argument("--kernel", required=True, help="a file path, or a shipped kernel's name (starter, ...)")
     ev.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ev.add_argument("--shapes", default=None, choices=("smoke", "bench", "sweep"),
@@ -108,7 +112,12 @@ def spec_from_args(args: argparse.Namespace):
     from kernels.problem import get_problem
     from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec
 
-    spec = get_problem(args.problem)
+    name, problem_source = resolve_problem(args.problem)
+    spec = get_problem(name, problem_source)
+    if problem_source is not None and args.kernel == "starter":
+        raise ValueError(f"--kernel: a problem file ({name}) ships no starter; give a candidate file with ModelNew")
+    if problem_source is not None and args.device == "cpu" and not args.shape and args.shapes is None:
+        spec.shapes("smoke")  # says that the file's own sizes are too large for the interpreter
     kernel, source = args.kernel, None
     if kernel not in spec.shipped_kernels:
         path = Path(kernel)
@@ -128,7 +137,8 @@ def spec_from_args(args: argparse.Namespace):
         if report.memory is None:
             raise ValueError(f"{args.memory_from} holds no memory")
         memory = Memory.model_validate(report.memory.model_dump())
-    return RunSpec(problem=args.problem, kernel=kernel if source is None else str(kernel), source=source,
+    return RunSpec(problem=name, problem_source=problem_source, kernel=kernel if source is None else str(kernel),
+                   source=source,
                    policy=policy, model=model, memory=memory,
                    budgets=Budgets(hours=args.hours, max_tool_calls=args.max_tool_calls,
                                    target_speedup=args.target_speedup),
@@ -416,7 +426,7 @@ TASK_QUEUE, GPU_TASK_QUEUE = "marathon", "marathon-gpu"  # workflows/names.py (n
 
 def _add_spec_flags(run) -> None:
     """The flags that describe a run (RunSpec): shared by `run` and `schedule create`."""
-    run.add_argument("--problem", required=True, choices=PROBLEM_NAMES)
+    run.add_argument("--problem", required=True, help=f"a built-in problem ({', '.join(PROBLEM_NAMES)}), its folder, or a KernelBench-format .py file")
     run.add_argument("--kernel", default="starter", help="the starting kernel: a shipped kernel's name or a file")
     run.add_argument("--policy", choices=("llm", "tuner"), default=None,
                      help="default: llm when --model is given, otherwise tuner")
