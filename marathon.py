@@ -388,8 +388,10 @@ async def _schedule_async(args: argparse.Namespace, spec) -> int:
         await client.get_schedule_handle(args.id).delete()
         print(f"deleted schedule {args.id}")
         return 0
+    suite = not hasattr(spec, "problem")  # a SuiteSpec (workflows/suite.py): the suite workflow
     schedule = Schedule(
-        action=ScheduleActionStartWorkflow(names.WORKFLOW_TYPE, spec, id=args.id, task_queue=args.task_queue),
+        action=ScheduleActionStartWorkflow(names.SUITE_WORKFLOW_TYPE if suite else names.WORKFLOW_TYPE, spec,
+                                           id=args.id, task_queue=args.task_queue),
         spec=ScheduleSpec(cron_expressions=[args.cron]),
         # a night's run that is still going when the next one is due keeps the GPUs: skip, don't pile up
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
@@ -399,9 +401,29 @@ async def _schedule_async(args: argparse.Namespace, spec) -> int:
     except ScheduleAlreadyRunningError:
         await client.get_schedule_handle(args.id).update(lambda _: ScheduleUpdate(schedule=schedule))
         verb = "replaced"
-    print(f"{verb} schedule {args.id}: {spec.problem} ({spec.resolved_policy()}) at '{args.cron}' "
+    what = (f"a suite of {len(spec.runs)} problems" if suite
+            else f"{spec.problem} ({spec.resolved_policy()})")
+    print(f"{verb} schedule {args.id}: {what} at '{args.cron}' "
           f"on {args.address}, task queue {args.task_queue}; watch its runs in the Web UI")
     return 0
+
+
+def cmd_suite(args: argparse.Namespace) -> int:
+    import asyncio
+    _project_on_path()
+    from marathon_suite import run_suite, suite_spec_from_args
+    try:
+        if args.detach and args.address is None:
+            raise ValueError("--detach needs --address: an embedded server ends with this process")
+        spec = suite_spec_from_args(args, spec_from_args)
+    except (ShapeError, KeyError, ValueError, OSError) as exc:
+        print(f"marathon suite: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(run_suite(args, spec))
+    except KeyboardInterrupt:
+        print("marathon suite: stopped following (the suite goes on where a server runs it)", file=sys.stderr)
+        return 130
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
@@ -410,7 +432,11 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     spec = None
     if args.schedule_command == "create":
         try:
-            spec = spec_from_args(args)
+            if args.problems:
+                from marathon_suite import suite_spec_from_args
+                spec = suite_spec_from_args(args, spec_from_args)
+            else:
+                spec = spec_from_args(args)
         except (ShapeError, KeyError, ValueError, OSError) as exc:
             print(f"marathon schedule: {exc}", file=sys.stderr)
             return 2
@@ -424,9 +450,17 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 TASK_QUEUE, GPU_TASK_QUEUE = "marathon", "marathon-gpu"  # workflows/names.py (not imported: eval stays light)
 
 
-def _add_spec_flags(run) -> None:
-    """The flags that describe a run (RunSpec): shared by `run` and `schedule create`."""
-    run.add_argument("--problem", required=True, help=f"a built-in problem ({', '.join(PROBLEM_NAMES)}), its folder, or a KernelBench-format .py file")
+def _add_spec_flags(run, problem: str = "one") -> None:
+    """The flags that describe a run (RunSpec): shared by `run`, `suite` and `schedule create`.
+    problem: "one" (--problem), "suite" (--problems) or "either" (schedule create)."""
+    which = run.add_mutually_exclusive_group(required=True)
+    if problem in ("one", "either"):
+        which.add_argument("--problem", help=f"a built-in problem ({', '.join(PROBLEM_NAMES)}), its folder, or a KernelBench-format .py file")
+    if problem in ("suite", "either"):
+        which.add_argument("--problems", metavar="DIR_OR_GLOB",
+                           help="a suite: one run per KernelBench-format file (each starting from <name>_kernel.py "
+                                "beside it), as child workflows of one suite workflow")
+        run.add_argument("--hours-each", type=float, default=None, help="a suite's budget per problem (default: --hours)")
     run.add_argument("--kernel", default="starter", help="the starting kernel: a shipped kernel's name or a file")
     run.add_argument("--policy", choices=("llm", "tuner"), default=None,
                      help="default: llm when --model is given, otherwise tuner")
@@ -444,7 +478,7 @@ def _add_spec_flags(run) -> None:
     run.add_argument("--timeout", type=float, default=600.0, help="wall-clock seconds for one candidate's process")
     run.add_argument("--parallel", type=int, default=1,
                      help="tuner: configurations profiled at once, one per GPU worker (`marathon dev --gpus auto` "
-                          "starts one per GPU; an embedded run has one)")
+                          "starts one per GPU; an embedded run has one); a suite: problems run at once")
     run.add_argument("--no-sweep-check", action="store_true",
                      help="do not test the best kernel on the problem's sweep shapes after the run (a CUDA run does)")
     run.add_argument("--hint", action="append", default=[], help="a hint for the model (repeatable)")
@@ -469,6 +503,16 @@ def add_run_and_dev(sub) -> None:
     run.add_argument("--json", action="store_true", help="print the final report as one JSON object")
     run.set_defaults(func=cmd_run)
 
+    suite = sub.add_parser("suite", help="one run per problem file of a folder, as child workflows of one suite "
+                                         "workflow; reports fast_p and the geometric-mean speedup")
+    _add_spec_flags(suite, problem="suite")
+    for flag, kw in (("--address", {"default": None}), ("--namespace", {"default": "default"}),
+                     ("--task-queue", {"default": TASK_QUEUE}), ("--workflow-id", {"default": None}),
+                     ("--state-dir", {"default": None}), ("--artifacts", {"default": None}),
+                     ("--detach", {"action": "store_true"}), ("--json", {"action": "store_true"})):
+        suite.add_argument(flag, **kw)
+    suite.set_defaults(func=cmd_suite)
+
     fol = sub.add_parser("follow", help="follow a run already started (after --detach, or after a restart of the "
                                         "server and workers) to its report")
     fol.add_argument("--workflow-id", required=True)
@@ -492,7 +536,7 @@ def add_run_and_dev(sub) -> None:
     create = ssub.add_parser("create", help="create or replace a schedule that starts a run")
     create.add_argument("--id", required=True, help="the schedule id; each run's workflow id starts with it")
     create.add_argument("--cron", default="0 22 * * *", help="when to start a run (default: 22:00 UTC daily)")
-    _add_spec_flags(create)
+    _add_spec_flags(create, problem="either")
     create.add_argument("--task-queue", default=TASK_QUEUE)
     listing = ssub.add_parser("list", help="the schedules and their next run")
     delete = ssub.add_parser("delete", help="delete a schedule (the runs it started go on)")

@@ -37,6 +37,7 @@ from activities.artifacts import ArtifactStore  # noqa: E402
 from activities.registry import MarathonActivities  # noqa: E402
 from workflows import names  # noqa: E402
 from workflows.kernel_optimization import KernelOptimization  # noqa: E402
+from workflows.suite import KernelSuite  # noqa: E402
 
 CHILD_ENV = "MARATHON_GPU_CHILD"
 
@@ -88,7 +89,7 @@ def build_workers(client: Client, *, control: bool = True, gpu: bool = True,
         if compact is not None:
             activities.append(compact)
         out.executors.append(ex)
-        out.workers.append(Worker(client, task_queue=task_queue, workflows=[KernelOptimization],
+        out.workers.append(Worker(client, task_queue=task_queue, workflows=[KernelOptimization, KernelSuite],
                                   activities=activities, activity_executor=ex,
                                   max_concurrent_activities=max_concurrent, **extra))
     if gpu:

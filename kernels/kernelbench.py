@@ -172,3 +172,24 @@ class FileProblemSpec(ProblemSpec):
 
     def baselines_module(self):
         return self.reference_module()
+
+
+CANDIDATE_SUFFIX = "_kernel.py"  # a suite's problem foo.py starts from the candidate foo_kernel.py beside it
+
+
+def suite_files(dir_or_glob: str) -> list[tuple[str, str]]:
+    """(problem file, starting candidate) for each problem of a suite: the .py files of a folder, or
+    those a glob matches, except the candidates (*_kernel.py) themselves. Every problem needs its
+    candidate; all missing ones are named at once."""
+    import glob
+    from pathlib import Path
+    folder = Path(dir_or_glob)
+    paths = sorted(folder.glob("*.py")) if folder.is_dir() else sorted(Path(p) for p in glob.glob(dir_or_glob))
+    problems = [p for p in paths if p.is_file() and not p.name.endswith(CANDIDATE_SUFFIX) and p.name != "__init__.py"]
+    if not problems:
+        raise ProblemFileError(f"--problems {dir_or_glob!r}: no problem files (*.py) there")
+    missing = [p.name for p in problems if not p.with_name(p.stem + CANDIDATE_SUFFIX).is_file()]
+    if missing:
+        raise ProblemFileError(f"--problems {dir_or_glob!r}: no starting candidate <name>{CANDIDATE_SUFFIX} beside "
+                               f"{', '.join(missing)}")
+    return [(str(p), str(p.with_name(p.stem + CANDIDATE_SUFFIX))) for p in problems]
