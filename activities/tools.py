@@ -38,7 +38,8 @@ def _checks(source: str, entry_point: str) -> tuple[list[str], dict | None]:
     except SyntaxError as exc:
         return [f"warning: it does not parse (line {exc.lineno}: {exc.msg}); compile_kernel will fail"], None
     if not any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == entry_point for n in tree.body):
-        warnings.append(f"warning: no top-level `{entry_point}`: the evaluator calls that entry point")
+        warnings.append(f"warning: no top-level `def {entry_point}(...)` or `class {entry_point}`: the evaluator "
+                        "calls that entry point")
     try:
         found = read_tunables(source)
         if found:
