@@ -140,10 +140,10 @@ FENCE_SWITCHES = {"seccomp": "MARATHON_SANDBOX_SECCOMP", "landlock": "MARATHON_S
 
 def fence_self_test(device: str) -> str:
     """Once per machine (and torch/Triton versions), on CUDA: the evaluator's own trivial kernel
-    (kernels/fence_probe/) must pass inside the fences. If it does not, the fences are switched off one at a time until it does, and the
-    choice is kept for later evaluations on this machine, so a fence that breaks honest GPU work here
-    (a driver that writes somewhere unexpected, a compiler that forks) costs one probe, not every
-    evaluation. The marker lives outside every path a candidate may write. Returns a note for the
+    (kernels/fence_probe/) must pass inside the fences. If it does not, the fences are switched off
+    one at a time until it does, and the choice is kept for later evaluations on this machine, so a
+    fence that breaks honest GPU work here (a driver that writes somewhere unexpected, a compiler that
+    forks) costs one probe, not every evaluation. The marker lives outside every path a candidate may write. Returns a note for the
     verdict. MARATHON_SANDBOX_SELF_TEST=0 skips it."""
     if device != "cuda" or not _env_flag("MARATHON_SANDBOX_SELF_TEST"):
         return ""

@@ -166,3 +166,21 @@ def test_marathon_run_on_a_file_problem_finishes_ok(tmp_path):
     report = json.loads(out.stdout)
     assert report["problem"] == "rms_norm" and report["best"]["verdict"]["status"] == "ok"
     assert report["best"]["verdict"]["shapes"][0]["shape"] == {"batch_size": 3, "dim": 40}
+
+
+def test_prepare_refuses_a_bad_problem_source(tmp_path):
+    """The run's prepare step (a ValueError there fails the workflow at once, not retried) on a file
+    problem: a broken source, and a CPU run of a file without small shapes, each named."""
+    from activities import tools
+    from activities.artifacts import ArtifactStore
+    from workflows.models import EvalSettings, PrepareInput
+    store = ArtifactStore(tmp_path)
+    with pytest.raises(ProblemFileError, match="problem mine: syntax error"):
+        tools.prepare(PrepareInput(problem="mine", problem_source="class Model(:\n", source=HONEST), store)
+    with pytest.raises(ShapeError, match="problem softplus: .*--shape"):
+        tools.prepare(PrepareInput(problem="softplus", problem_source=SOFTPLUS, source=HONEST,
+                                   eval=EvalSettings(device="cpu")), store)
+    setup = tools.prepare(PrepareInput(problem="softplus", problem_source=SOFTPLUS, source=HONEST,
+                                       eval=EvalSettings(device="cpu", shape_list=[{"rows": 2}])), store)
+    assert setup.entry_point == "ModelNew" and setup.shapes == [{"rows": 2, "cols": 1000}]
+    assert "Softplus of a shifted input" in setup.statement
