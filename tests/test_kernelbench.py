@@ -184,3 +184,15 @@ def test_prepare_refuses_a_bad_problem_source(tmp_path):
                                        eval=EvalSettings(device="cpu", shape_list=[{"rows": 2}])), store)
     assert setup.entry_point == "ModelNew" and setup.shapes == [{"rows": 2, "cols": 1000}]
     assert "Softplus of a shifted input" in setup.statement
+
+
+def test_roofline_bytes_and_declared_probes():
+    """The memory floor counts inputs, parameters and the output once each; FLOPS and PROBE_RANGES
+    declared in the file reach the spec."""
+    spec = get_problem("softplus", SOFTPLUS)
+    traffic = spec.traffic({"rows": 2, "cols": 3}, 4)
+    assert traffic.min_bytes == 4 * (2 * 3 + 3 + 2 * 3) and traffic.tensor_flops == 0
+    declared = SOFTPLUS + '\nFLOPS = "2 * rows * cols"\nPROBE_RANGES = {"cpu": {"rows": (1, 9)}}\n'
+    spec = get_problem("softplus", declared)
+    assert spec.traffic({"rows": 2, "cols": 3}, 2).tensor_flops == 12
+    assert spec.probe_ranges == {"cpu": {"rows": (1, 9)}}
