@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from kernels.evaluator import EvaluatorError, evaluate, request_for
-from kernels.problem import PROBLEM_NAMES, ShapeError, parse_shape
+from kernels.problem import PROBLEM_NAMES, ShapeError, parse_shape, resolve_problem
 from kernels.verdict import Verdict
 
 
@@ -44,7 +44,9 @@ def _table(v: Verdict) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     try:
         shapes = [parse_shape(s) for s in args.shape]
-        req = request_for(args.problem, args.kernel, device=args.device, shape_set=args.shapes, shapes=shapes,
+        name, problem_source = resolve_problem(args.problem)
+        req = request_for(name, args.kernel, problem_source=problem_source, dtype=args.dtype,
+                          device=args.device, shape_set=args.shapes, shapes=shapes,
                           timeout_s=args.timeout, mode=args.mode, seeds=args.seeds, reps=args.reps,
                           baselines=not args.no_baselines, only_baselines=args.baseline)
         verdict = evaluate(req)
@@ -91,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="marathon", description="Day-long, crash-proof Triton kernel optimization.")
     sub = ap.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("eval", help="judge one kernel: policy, compile, correctness, timing against baselines")
-    ev.add_argument("--problem", required=True, choices=PROBLEM_NAMES)
+    ev.add_argument("--problem", required=True, help=f"a built-in problem ({', '.join(PROBLEM_NAMES)}), its folder, or a KernelBench-format .py file")
+    ev.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"),
+                    help="the input dtype (default: the problem's; float32 for a KernelBench file)")
     ev.add_argument("--kernel", required=True, help="a file path, or a shipped kernel's name (starter, ...)")
     ev.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ev.add_argument("--shapes", default=None, choices=("smoke", "bench", "sweep"),
@@ -148,7 +152,12 @@ def _spec_from_args(args: argparse.Namespace):
     from kernels.problem import get_problem
     from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec
 
-    spec = get_problem(args.problem)
+    name, problem_source = resolve_problem(args.problem)
+    spec = get_problem(name, problem_source)
+    if problem_source is not None and args.kernel == "starter":
+        raise ValueError(f"--kernel: a problem file ({name}) ships no starter; give a candidate file with ModelNew")
+    if problem_source is not None and args.device == "cpu" and not args.shape and args.shapes is None:
+        spec.shapes("smoke")  # says that the file's own sizes are too large for the interpreter
     kernel, source = args.kernel, None
     if kernel not in spec.shipped_kernels:
         path = Path(kernel)
@@ -168,7 +177,8 @@ def _spec_from_args(args: argparse.Namespace):
         if report.memory is None:
             raise ValueError(f"{args.memory_from} holds no memory")
         memory = Memory.model_validate(report.memory.model_dump())
-    return RunSpec(problem=args.problem, kernel=kernel if source is None else str(kernel), source=source,
+    return RunSpec(problem=name, problem_source=problem_source, kernel=kernel if source is None else str(kernel),
+                   source=source,
                    policy=policy, model=model, memory=memory,
                    budgets=Budgets(hours=args.hours, max_tool_calls=args.max_tool_calls,
                                    target_speedup=args.target_speedup),
@@ -493,8 +503,10 @@ async def _schedule_async(args: argparse.Namespace, spec) -> int:
         await client.get_schedule_handle(args.id).delete()
         print(f"deleted schedule {args.id}")
         return 0
+    suite = not hasattr(spec, "problem")  # a SuiteSpec (workflows/suite.py): the suite workflow
     schedule = Schedule(
-        action=ScheduleActionStartWorkflow(names.WORKFLOW_TYPE, spec, id=args.id, task_queue=args.task_queue),
+        action=ScheduleActionStartWorkflow(names.SUITE_WORKFLOW_TYPE if suite else names.WORKFLOW_TYPE, spec,
+                                           id=args.id, task_queue=args.task_queue),
         spec=ScheduleSpec(cron_expressions=[args.cron]),
         # a night's run that is still going when the next one is due keeps the GPUs: skip, don't pile up
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
@@ -504,9 +516,29 @@ async def _schedule_async(args: argparse.Namespace, spec) -> int:
     except ScheduleAlreadyRunningError:
         await client.get_schedule_handle(args.id).update(lambda _: ScheduleUpdate(schedule=schedule))
         verb = "replaced"
-    print(f"{verb} schedule {args.id}: {spec.problem} ({spec.resolved_policy()}) at '{args.cron}' "
+    what = (f"a suite of {len(spec.runs)} problems" if suite
+            else f"{spec.problem} ({spec.resolved_policy()})")
+    print(f"{verb} schedule {args.id}: {what} at '{args.cron}' "
           f"on {args.address}, task queue {args.task_queue}; watch its runs in the Web UI")
     return 0
+
+
+def cmd_suite(args: argparse.Namespace) -> int:
+    import asyncio
+    _project_on_path()
+    from marathon_suite import run_suite, suite_spec_from_args
+    try:
+        if args.detach and args.address is None:
+            raise ValueError("--detach needs --address: an embedded server ends with this process")
+        spec = suite_spec_from_args(args, spec_from_args)
+    except (ShapeError, KeyError, ValueError, OSError) as exc:
+        print(f"marathon suite: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(run_suite(args, spec))
+    except KeyboardInterrupt:
+        print("marathon suite: stopped following (the suite goes on where a server runs it)", file=sys.stderr)
+        return 130
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
@@ -515,7 +547,11 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     spec = None
     if args.schedule_command == "create":
         try:
-            spec = spec_from_args(args)
+            if args.problems:
+                from marathon_suite import suite_spec_from_args
+                spec = suite_spec_from_args(args, spec_from_args)
+            else:
+                spec = spec_from_args(args)
         except (ShapeError, KeyError, ValueError, OSError) as exc:
             print(f"marathon schedule: {exc}", file=sys.stderr)
             return 2
@@ -530,9 +566,17 @@ SERVER_WAIT_S = 600.0  # a restart of `marathon dev` takes seconds, a machine's 
 TASK_QUEUE, GPU_TASK_QUEUE = "marathon", "marathon-gpu"  # workflows/names.py (not imported: eval stays light)
 
 
-def _add_spec_flags(run) -> None:
-    """The flags that describe a run (RunSpec): shared by `run` and `schedule create`."""
-    run.add_argument("--problem", required=True, choices=PROBLEM_NAMES)
+def _add_spec_flags(run, problem: str = "one") -> None:
+    """The flags that describe a run (RunSpec): shared by `run`, `suite` and `schedule create`.
+    problem: "one" (--problem), "suite" (--problems) or "either" (schedule create)."""
+    which = run.add_mutually_exclusive_group(required=True)
+    if problem in ("one", "either"):
+        which.add_argument("--problem", help=f"a built-in problem ({', '.join(PROBLEM_NAMES)}), its folder, or a KernelBench-format .py file")
+    if problem in ("suite", "either"):
+        which.add_argument("--problems", metavar="DIR_OR_GLOB",
+                           help="a suite: one run per KernelBench-format file (each starting from <name>_kernel.py "
+                                "beside it), as child workflows of one suite workflow")
+        run.add_argument("--hours-each", type=float, default=None, help="a suite's budget per problem (default: --hours)")
     run.add_argument("--kernel", default="starter", help="the starting kernel: a shipped kernel's name or a file")
     run.add_argument("--policy", choices=("llm", "tuner"), default=None,
                      help="default: llm when --model is given, otherwise tuner")
@@ -550,7 +594,7 @@ def _add_spec_flags(run) -> None:
     run.add_argument("--timeout", type=POSITIVE, default=600.0, help="wall-clock seconds for one candidate's process")
     run.add_argument("--parallel", type=_number(int, 1, 64), default=1,
                      help="tuner: configurations profiled at once, one per GPU worker (`marathon dev --gpus auto` "
-                          "starts one per GPU; an embedded run has one)")
+                          "starts one per GPU; an embedded run has one); a suite: problems run at once")
     run.add_argument("--no-sweep-check", action="store_true",
                      help="do not test the best kernel on the problem's sweep shapes after the run (a CUDA run does)")
     run.add_argument("--hint", action="append", default=[], help="a hint for the model (repeatable)")
@@ -577,6 +621,16 @@ def add_run_and_dev(sub) -> None:
                      help=f"how long to wait for a server (--address) that is restarting (default {SERVER_WAIT_S:g})")
     run.set_defaults(func=cmd_run)
 
+    suite = sub.add_parser("suite", help="one run per problem file of a folder, as child workflows of one suite "
+                                         "workflow; reports fast_p and the geometric-mean speedup")
+    _add_spec_flags(suite, problem="suite")
+    for flag, kw in (("--address", {"default": None}), ("--namespace", {"default": "default"}),
+                     ("--task-queue", {"default": TASK_QUEUE}), ("--workflow-id", {"default": None}),
+                     ("--state-dir", {"default": None}), ("--artifacts", {"default": None}),
+                     ("--detach", {"action": "store_true"}), ("--json", {"action": "store_true"})):
+        suite.add_argument(flag, **kw)
+    suite.set_defaults(func=cmd_suite)
+
     fol = sub.add_parser("follow", help="follow a run already started (after --detach, or after a restart of the "
                                         "server and workers) to its report")
     fol.add_argument("--workflow-id", required=True)
@@ -602,7 +656,7 @@ def add_run_and_dev(sub) -> None:
     create = ssub.add_parser("create", help="create or replace a schedule that starts a run")
     create.add_argument("--id", required=True, help="the schedule id; each run's workflow id starts with it")
     create.add_argument("--cron", default="0 22 * * *", help="when to start a run (default: 22:00 UTC daily)")
-    _add_spec_flags(create)
+    _add_spec_flags(create, problem="either")
     create.add_argument("--task-queue", default=TASK_QUEUE)
     listing = ssub.add_parser("list", help="the schedules and their next run")
     delete = ssub.add_parser("delete", help="delete a schedule (the runs it started go on)")

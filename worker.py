@@ -38,6 +38,7 @@ from activities.compaction import compact  # noqa: E402
 from activities.registry import MarathonActivities  # noqa: E402
 from workflows import names  # noqa: E402
 from workflows.kernel_optimization import KernelOptimization  # noqa: E402
+from workflows.suite import KernelSuite  # noqa: E402
 
 CHILD_ENV = "MARATHON_GPU_CHILD"
 
@@ -78,7 +79,7 @@ def build_workers(client: Client, *, control: bool = True, gpu: bool = True,
         ex = concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="marathon-act")
         activities = [*acts.control_activities(), compact]
         out.executors.append(ex)
-        out.workers.append(Worker(client, task_queue=task_queue, workflows=[KernelOptimization],
+        out.workers.append(Worker(client, task_queue=task_queue, workflows=[KernelOptimization, KernelSuite],
                                   activities=activities, activity_executor=ex,
                                   max_concurrent_activities=max_concurrent, **extra))
     if gpu:

@@ -47,8 +47,10 @@ BASELINES = BaselineCache(float(os.environ.get("MARATHON_BASELINE_TTL_S", DEFAUL
 def request_for(inp: EvalInput, source: str, cache: BaselineCache | None = None) -> EvalRequest:
     s = inp.settings
     mode = EVAL_MODES[inp.tool]
+    # a file problem's baselines are never shared: another file may carry the same name
+    cache = cache if inp.problem_source is None else None
     known = cache.known(inp.problem, s.device) if cache is not None and s.baselines and mode == "full" else []
-    return EvalRequest(problem=inp.problem, source=source, kernel=f"attempt {inp.attempt}", device=s.device,
+    return EvalRequest(problem=inp.problem, problem_source=inp.problem_source, source=source, kernel=f"attempt {inp.attempt}", device=s.device,
                        shape_set=None if s.shape_list else s.shapes, shapes=s.shape_list,
                        mode=mode, timeout_s=s.timeout_s, seeds=s.seeds, reps=s.reps,
                        baselines=s.baselines, known_baselines=known)
@@ -175,7 +177,7 @@ def run_eval(inp: EvalInput, store: ArtifactStore, heartbeat: Callable[[], None]
     source = source_text(inp.source, store)
     req = request_for(inp, source, cache)
     verdict = evaluate(req, heartbeat=heartbeat, judge_grace_s=600.0)
-    if cache is not None:
+    if cache is not None and inp.problem_source is None:
         cache.learn(inp.problem, inp.settings.device, verdict)
     artifact = store.put(verdict.model_dump_json(indent=2))
     ncu = None

@@ -37,8 +37,9 @@ def _checks(source: str, entry_point: str) -> tuple[list[str], dict | None]:
         tree = ast.parse(source)
     except SyntaxError as exc:
         return [f"warning: it does not parse (line {exc.lineno}: {exc.msg}); compile_kernel will fail"], None
-    if not any(isinstance(n, ast.FunctionDef) and n.name == entry_point for n in tree.body):
-        warnings.append(f"warning: no top-level `def {entry_point}(...)`: the evaluator calls that entry point")
+    if not any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == entry_point for n in tree.body):
+        warnings.append(f"warning: no top-level `def {entry_point}(...)` or `class {entry_point}`: the evaluator "
+                        "calls that entry point")
     try:
         found = read_tunables(source)
         if found:
@@ -133,7 +134,7 @@ def note(inp: NoteInput, store: ArtifactStore) -> ToolResult:
 
 def prepare(inp: PrepareInput, store: ArtifactStore) -> RunSetup:
     """Resolve what the workflow may not read itself: the statement, the starting source, the shapes."""
-    spec = get_problem(inp.problem)
+    spec = get_problem(inp.problem, inp.problem_source)
     if inp.source is not None:
         label, source = (inp.kernel if inp.kernel and inp.kernel != "starter" else "inline"), inp.source
     else:

@@ -27,6 +27,9 @@ class EvaluatorError(RuntimeError):
 
 class EvalRequest(BaseModel):
     problem: str
+    # a KernelBench-format problem file's source (kernels/kernelbench.py); None: `problem` is built in
+    problem_source: str | None = None
+    dtype: str | None = None  # the input dtype; None: the problem's for the device
     source: str
     kernel: str = "inline"  # a label for reports: a shipped kernel's name or a path
     device: str = "auto"  # auto | cpu | cuda
@@ -45,10 +48,10 @@ class EvalRequest(BaseModel):
     known_baselines: list[KnownBaseline] = Field(default_factory=list)
 
 
-def request_for(problem: str, kernel: str, **settings) -> EvalRequest:
+def request_for(problem: str, kernel: str, problem_source: str | None = None, **settings) -> EvalRequest:
     """A request for a shipped kernel name or a kernel file."""
-    label, source = resolve_kernel(get_problem(problem), kernel)
-    return EvalRequest(problem=problem, source=source, kernel=label, **settings)
+    label, source = resolve_kernel(get_problem(problem, problem_source), kernel)
+    return EvalRequest(problem=problem, problem_source=problem_source, source=source, kernel=label, **settings)
 
 
 # Set by activities.evaluation.ncu_metrics when it runs the judge under Nsight Compute: a digest of each
@@ -68,11 +71,15 @@ def source_sha256(source: str) -> str:
 def evaluate(request: EvalRequest, *, heartbeat: Callable[[], None] | None = None,
              judge_grace_s: float = 1800.0) -> Verdict:
     """Judge one candidate. A bad candidate is a Verdict; only infrastructure faults raise."""
-    spec = get_problem(request.problem)  # unknown problems fail here, loudly and early
+    spec = get_problem(request.problem, request.problem_source)  # unknown problems fail here, loudly and early
     for shape in request.shapes:
         spec.shape(shape)
     if request.shape_set is not None:
         spec.shapes(request.shape_set)
+    elif spec.source is not None and not request.shapes and request.device == "cpu":
+        spec.shapes("smoke")  # a file problem on a CPU needs small shapes: says so here
+    if request.dtype is not None and request.dtype not in spec.tolerances:
+        raise ValueError(f"--dtype {request.dtype}: {spec.name} knows {', '.join(spec.tolerances)}")
     with tempfile.TemporaryDirectory(prefix="marathon-judge-") as tmp:
         req_path, out_path, log_path = (Path(tmp) / n for n in ("request.json", "verdict.json", "judge.log"))
         req_path.write_text(request.model_dump_json())

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import importlib
 import json
 import math
 import os
@@ -140,11 +139,11 @@ FENCE_SWITCHES = {"seccomp": "MARATHON_SANDBOX_SECCOMP", "landlock": "MARATHON_S
 
 
 def fence_self_test(device: str) -> str:
-    """Once per machine (and torch/Triton versions), on CUDA: the shipped MLA starter must pass inside
-    the fences. If it does not, the fences are switched off one at a time until it does, and the
-    choice is kept for later evaluations on this machine, so a fence that breaks honest GPU work here
-    (a driver that writes somewhere unexpected, a compiler that forks) costs one probe, not every
-    evaluation. The marker lives outside every path a candidate may write. Returns a note for the
+    """Once per machine (and torch/Triton versions), on CUDA: the evaluator's own trivial kernel
+    (kernels/fence_probe/) must pass inside the fences. If it does not, the fences are switched off
+    one at a time until it does, and the choice is kept for later evaluations on this machine, so a
+    fence that breaks honest GPU work here (a driver that writes somewhere unexpected, a compiler that
+    forks) costs one probe, not every evaluation. The marker lives outside every path a candidate may write. Returns a note for the
     verdict. MARATHON_SANDBOX_SELF_TEST=0 skips it."""
     if device != "cuda" or not _env_flag("MARATHON_SANDBOX_SELF_TEST"):
         return ""
@@ -162,11 +161,16 @@ def fence_self_test(device: str) -> str:
     return choice.get("note", "")
 
 
+def fence_probe_request(device: str) -> EvalRequest:
+    """The fence self-test's evaluation: a trivial problem and kernel of the evaluator's own."""
+    folder = Path(__file__).resolve().parent / "fence_probe"
+    return EvalRequest(problem="fence_probe", problem_source=(folder / "problem.py").read_text(),
+                       source=(folder / "candidate.py").read_text(), kernel="fence-self-test", device=device,
+                       mode="test", shapes=[{"n": 1000}], probe_shapes=0, timeout_s=180)
+
+
 def _probe_fences(device: str) -> dict:
-    from kernels.problem import resolve_kernel
-    spec = get_problem("mla_decode")
-    req = EvalRequest(problem="mla_decode", source=resolve_kernel(spec, "starter")[1], kernel="fence-self-test",
-                      device=device, mode="test", shapes=[{"B": 1, "H": 2, "S": 64}], probe_shapes=0, timeout_s=180)
+    req = fence_probe_request(device)
     tried, failures = [], []
     for off in ([], ["netns"], ["landlock"], ["seccomp"], ["netns", "landlock", "seccomp"]):
         with tempfile.TemporaryDirectory(prefix="marathon-fence-probe-") as tmp:
@@ -183,11 +187,11 @@ def _probe_fences(device: str) -> dict:
         tried.append(off)
         if verdict.get("status") == "ok":
             note = "fence self-test passed" if not off else (
-                f"fence self-test: the starter failed inside {', '.join(off)} ({'; '.join(failures)[:300]}), "
+                f"fence self-test: the probe kernel failed inside {', '.join(off)} ({'; '.join(failures)[:300]}), "
                 f"so {', '.join(off)} stays off on this machine")
             return {"off": off, "note": note}
         failures.append(f"{verdict.get('status', 'no verdict')}: {str(verdict.get('reason', ''))[-160:]}")
-    return {"off": [], "note": "fence self-test: the starter fails even without fences; fences kept ("
+    return {"off": [], "note": "fence self-test: the probe kernel fails even without fences; fences kept ("
                               + "; ".join(failures)[:300] + ")"}
 
 
@@ -197,7 +201,7 @@ class Sandbox:
     too much disk end the run with a typed verdict."""
 
     def __init__(self, source: str, entry: str, device: str, scratch: Path, budget_s: float,
-                 fsize: int, memory_cap: int) -> None:
+                 fsize: int, memory_cap: int, problem: list[str] | None = None) -> None:
         self.scratch = scratch
         self.budget_s = budget_s
         self.memory_cap = memory_cap
@@ -218,7 +222,7 @@ class Sandbox:
              "--device", device, "--reply-fd", str(write_fd), "--seccomp", str(switches["seccomp"]),
              "--landlock", str(switches["landlock"]), "--netns", str(switches["netns"]),
              "--writable", os.pathsep.join(writable),
-             "--gpu-memory-fraction", str(GPU_MEMORY_FRACTION if device == "cuda" else 0.0)],
+             "--gpu-memory-fraction", str(GPU_MEMORY_FRACTION if device == "cuda" else 0.0), *(problem or [])],
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.workdir,
             env=candidate_env(device, self.workdir, self.token), pass_fds=(write_fd,), start_new_session=True,
             preexec_fn=_limits(device, fsize))
@@ -377,21 +381,6 @@ def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, bool]:
     return rel, diff.abs().max().item(), True
 
 
-# Probe shapes: correctness-only shapes drawn at random for each evaluation (so no candidate can be
-# specialised to the shapes it is asked for). Ranges per device keep the interpreter quick on the CPU.
-PROBE_RANGES = {
-    "mla_decode": {"cpu": {"B": (1, 2), "H": (1, 5), "S": (1, 160)},
-                   "cuda": {"B": (1, 4), "H": (1, 128), "S": (1, 6000)}},
-    "kda": {"cpu": {"B": (1, 2), "T": (1, 80), "H": (1, 2)},
-            "cuda": {"B": (1, 2), "T": (1, 1500), "H": (1, 8)}},
-}
-# Sequence lengths are drawn log-uniformly: short sequences (one tile, a partial one, the first tile
-# boundary) are where chunked kernels break, and a uniform draw over 1..1500 lands in 17..64 about one
-# time in thirty, a log-uniform one about one in five. The shipped KDA scan was wrong at every one-chunk
-# T from 17 to 64 on the H200 before its NT stopped being specialized (kernels/kda/NOTES.md).
-LOG_DRAWN_DIMS = ("T", "S")
-
-
 def probe_value(rng: random.Random, lo: int, hi: int, log: bool) -> int:
     """One dimension of a probe shape in [lo, hi]: uniform, or log-uniform when `log`, from 2 up: a
     single token would come up one draw in seven or ten, and one key makes attention's softmax exactly
@@ -419,11 +408,12 @@ def test_profile() -> DeviceProfile | None:
 class Judge:
     def __init__(self, req: EvalRequest) -> None:
         self.req = req
-        self.spec: ProblemSpec = get_problem(req.problem)
+        self.spec: ProblemSpec = get_problem(req.problem, req.problem_source)
         self.device = self._device(req.device)
-        self.dtype = getattr(torch, self.spec.dtypes[self.device])
-        self.tolerance = self.spec.tolerances[self.spec.dtypes[self.device]]
-        self.reference = importlib.import_module(f"kernels.{self.spec.name}.reference")
+        dtype_name = req.dtype or self.spec.dtypes[self.device]
+        self.dtype = getattr(torch, dtype_name)
+        self.tolerance = self.spec.tolerances[dtype_name]
+        self.reference = self.spec.reference_module()
         self.gpu = gpu_info() if self.device == "cuda" else None
         self.profile = test_profile() or (profile_for_gpu(self.gpu.name) if self.gpu else None)
         cuda = self.device == "cuda"
@@ -432,9 +422,12 @@ class Judge:
         # fresh seeds every evaluation, so no candidate can know its inputs; seed % 3 keeps the cases
         self.seed_base = 3 * secrets.randbelow(2**20)
         self.rng = random.Random(secrets.randbits(64))
+        if self.spec.source is not None:  # a file problem's parameters: drawn fresh too, the same in the sandbox
+            self.reference.param_seed = self.seed_base
+        self.current_shape: dict[str, int] = {}
         self.verdict = Verdict(
             status="ok", reason="", problem=self.spec.name, kernel=req.kernel, mode=req.mode,
-            device=self.device, gpu=self.gpu, dtype=self.spec.dtypes[self.device],
+            device=self.device, gpu=self.gpu, dtype=dtype_name,
             versions={"torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version()},
             timing_meaningful=cuda, source_sha256=source_sha256(req.source))
 
@@ -457,14 +450,14 @@ class Judge:
     def probe_shapes(self, asked: list[dict[str, int]]) -> list[dict[str, int]]:
         """Random valid shapes the candidate cannot know in advance: odd lengths, head and batch
         counts; head dimensions (KDA's K, V) stay those of the first asked shape."""
-        ranges = PROBE_RANGES.get(self.spec.name, {}).get(self.device)
+        ranges = self.spec.probe_ranges.get(self.device)
         if self.req.mode == "compile" or not ranges or not asked:
             return []
         out = []
         for _ in range(max(self.req.probe_shapes, 0)):
             for _attempt in range(20):
                 shape = dict(asked[0])
-                shape.update({d: probe_value(self.rng, lo, hi, d in LOG_DRAWN_DIMS)
+                shape.update({d: probe_value(self.rng, lo, hi, d in self.spec.log_drawn_dims)
                               for d, (lo, hi) in ranges.items()})
                 try:
                     shape = self.spec.shape(shape)
@@ -495,7 +488,8 @@ class Judge:
                 self_test = fence_self_test(self.device)
             with tempfile.TemporaryDirectory(prefix="marathon-eval-") as tmp:
                 sandbox = Sandbox(self.req.source, self.spec.entry_point, self.device, Path(tmp), self.req.timeout_s,
-                                  fsize=self._file_limit(shapes + probes), memory_cap=self._memory_cap())
+                                  fsize=self._file_limit(shapes + probes), memory_cap=self._memory_cap(),
+                                  problem=self._problem_args(Path(tmp)))
                 self.verdict.sandbox = dict(sandbox.fences)
                 if self_test:
                     self.verdict.sandbox["self_test"] = self_test
@@ -510,6 +504,15 @@ class Judge:
         if self.verdict.status == "ok" and not self.verdict.reason:
             self.verdict.reason = self._summary()
         return self.verdict
+
+    def _problem_args(self, scratch: Path) -> list[str]:
+        """For a file problem, what the sandbox needs to build the candidate's ModelNew: the problem's
+        source, its name and the seed of Model's parameters."""
+        if self.spec.source is None:
+            return []
+        path = scratch / "problem.py"
+        path.write_text(self.spec.source)
+        return ["--problem-file", str(path), "--problem-name", self.spec.name, "--param-seed", str(self.seed_base)]
 
     def _file_limit(self, shapes: list[dict[str, int]]) -> int:
         """RLIMIT_FSIZE for the candidate: room for the largest output the sandbox must save, and
@@ -542,6 +545,7 @@ class Judge:
         noop_checked = False
         for index, (shape, probe) in enumerate([(s, False) for s in shapes] + [(s, True) for s in probes]):
             result = ShapeResult(shape=shape, correct=False)
+            self.current_shape = shape
             (self.verdict.probe_shapes if probe else self.verdict.shapes).append(result)
             if probe:
                 result.note = "probe shape, drawn at random for this evaluation: correctness only"
@@ -634,7 +638,9 @@ class Judge:
 
     def _call(self, sandbox, path, out_path, out_shape, out_dtype, noop: bool = False, fill: int = FILL_A) -> dict:
         facts = sandbox.request({"op": "call", "inputs": str(path), "output": str(out_path), "shape": list(out_shape),
-                                 "dtype": str(out_dtype).removeprefix("torch."), "noop": noop, "fill": fill}, "called")
+                                 "dtype": str(out_dtype).removeprefix("torch."), "noop": noop, "fill": fill,
+                                 "problem_shape": self.current_shape,
+                                 "input_dtype": str(self.dtype).removeprefix("torch.")}, "called")
         banned = [m for m in facts.get("new_modules", []) if module_violation(m)]
         if banned:
             raise Outcome("rejected", f"calling the candidate loaded {', '.join(banned)}")
@@ -806,7 +812,7 @@ class Judge:
                 if k.shape == shape and k.gpu == gpu and k.reps == self.reps}
 
     def _baselines(self, result: ShapeResult, input_sets) -> None:
-        module = importlib.import_module(f"kernels.{self.spec.name}.baselines")
+        module = self.spec.baselines_module()
         known = self._known_baselines(result.shape)
         ref = None
         offered = module.baselines(self.device)

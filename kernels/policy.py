@@ -267,7 +267,7 @@ def check_source(source: str, entry_point: str) -> list[PolicyViolation]:
     checker = _Checker()
     checker.visit(tree)
     checker.violations += _vendored(source, tree)
-    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     if entry_point not in defined:
         checker.violations.append(PolicyViolation(0, f"the module must define {entry_point}(...) at top level"))

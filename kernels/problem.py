@@ -19,6 +19,10 @@ class ShapeError(ValueError):
     """A shape the problem does not accept (unknown name, missing dimension, out of range)."""
 
 
+class ProblemFileError(ValueError):
+    """A problem argument that names no problem, or a problem file that is not in the KernelBench format."""
+
+
 @dataclass(frozen=True)
 class Tolerance:
     """An output passes when ||o - ref|| / ||ref|| <= rel and max|o - ref| <= abs_frac * max|ref|."""
@@ -69,6 +73,19 @@ class ProblemSpec:
     batch_dim: str | None = None
     seeds: int = 3
     notes: dict[str, str] = field(default_factory=dict)
+    # probe shapes: device kind -> dimension -> (lo, hi) drawn per evaluation (none: no probes), and the
+    # dimensions drawn log-uniformly (sequence lengths: short ones are where chunked kernels break)
+    probe_ranges: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    log_drawn_dims: tuple[str, ...] = ()
+    # the problem's source, for a problem given as a file (kernels/kernelbench.py): it travels by value
+    source: str | None = None
+
+    def reference_module(self):
+        """make_inputs / output_spec / reference (imported in the judge and the sandbox only)."""
+        return importlib.import_module(f"kernels.{self.name}.reference")
+
+    def baselines_module(self):
+        return importlib.import_module(f"kernels.{self.name}.baselines")
 
     @property
     def folder(self) -> Path:
@@ -120,10 +137,35 @@ def parse_shape(text: str) -> dict[str, int]:
     return out
 
 
-def get_problem(name: str) -> ProblemSpec:
+def get_problem(name: str, source: str | None = None) -> ProblemSpec:
+    """A built-in problem by name, or, with `source`, the KernelBench-format file problem it holds."""
+    if source is not None:
+        from kernels.kernelbench import file_problem
+        return file_problem(name, source)
     if name not in PROBLEM_NAMES:
         raise KeyError(f"unknown problem {name!r}; known: {', '.join(PROBLEM_NAMES)}")
     return importlib.import_module(f"kernels.{name}.problem").PROBLEM
+
+
+def resolve_problem(arg: str) -> tuple[str, str | None]:
+    """A --problem argument -> (name, source): a built-in name, a built-in problem's folder (like
+    kernels/kda/), or a KernelBench-format file, whose source is read and checked here."""
+    if arg in PROBLEM_NAMES:
+        return arg, None
+    path = Path(arg)
+    if path.is_dir():
+        if path.resolve().parent == KERNELS_DIR and path.name in PROBLEM_NAMES:
+            return path.name, None
+        raise ProblemFileError(f"problem folder {arg!r} is not one of the built-in problems ({', '.join(PROBLEM_NAMES)})")
+    if path.is_file():
+        try:
+            source = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ProblemFileError(f"problem {arg!r}: cannot read it ({exc})") from None
+        get_problem(path.stem, source)  # raises ProblemFileError with the reason
+        return path.stem, source
+    raise ProblemFileError(f"unknown problem {arg!r}: neither a built-in problem ({', '.join(PROBLEM_NAMES)}), "
+                     "a problem folder, nor a KernelBench-format .py file")
 
 
 def resolve_kernel(problem: ProblemSpec, kernel: str) -> tuple[str, str]:

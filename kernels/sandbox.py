@@ -99,7 +99,8 @@ _PLAIN_ARG_TYPES = (bool, int, float, str, type(None), torch.dtype, tl.constexpr
 def _odd_arg(value) -> str | None:
     """Why a kernel argument is not a plain tensor, scalar or descriptor (an object whose data_ptr()
     or __index__ could run the candidate's Python inside Triton's launch), or None."""
-    if type(value) is torch.Tensor or isinstance(value, _PLAIN_ARG_TYPES):
+    # nn.Parameter exactly (a ModelNew's weights), never a subclass of it: its methods are torch's
+    if type(value) in (torch.Tensor, torch.nn.Parameter) or isinstance(value, _PLAIN_ARG_TYPES):
         return None
     if TensorDescriptor is not None and type(value) is TensorDescriptor:
         return None
@@ -247,6 +248,14 @@ class Session:
         self.keep: list[torch.Tensor] = []  # recent outputs stay alive so their memory is not reused
         self.timed: dict[int, torch.Tensor] = {}  # outputs of the last timing run, until saved
         self.state_base: dict[str, str] | None = None  # module state after a shape's first call
+        # a file problem's run-time half (kernels/kernelbench_runtime.py), whose inputs the timed calls use
+        self.reference = getattr(fn, "reference", None)
+
+    def _prepare(self, shape: dict | None, dtype: str | None) -> None:
+        """A file problem's ModelNew is built for the shape before the call, outside the torch-op
+        monitor: its constructor may draw parameters with torch, its forward may not compute."""
+        if shape is not None and hasattr(self.fn, "prepare"):
+            self.fn.prepare(shape, getattr(torch, dtype))
 
     def load(self, path: str) -> dict:
         if path not in self.inputs:
@@ -287,6 +296,7 @@ class Session:
         return sorted(t.name for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive())
 
     def call(self, cmd: dict) -> dict:
+        self._prepare(cmd.get("problem_shape"), cmd.get("input_dtype"))
         inputs = self.load(cmd["inputs"])
         expected_shape = tuple(cmd["shape"])
         expected_dtype = getattr(torch, cmd["dtype"])
@@ -335,7 +345,8 @@ class Session:
         """Timed calls on fresh inputs: `slots` sets of buffers at addresses no check call saw, each
         refilled with new values (a fresh seed) before every call, outside the clock. Every output
         is kept, so that the judge can re-check the ones it picks afterwards."""
-        reference = importlib.import_module(f"kernels.{cmd['problem']}.reference")
+        reference = self.reference or importlib.import_module(f"kernels.{cmd['problem']}.reference")
+        self._prepare(cmd["shape"], cmd["dtype"])
         shape, dtype = cmd["shape"], getattr(torch, cmd["dtype"])
         seed0, n_slots = int(cmd["seed_base"]), max(int(cmd.get("slots", 2)), 1)
         expected_shape = tuple(reference.output_spec(shape, dtype)[0])
@@ -464,10 +475,24 @@ def _output_problem(out, inputs, shape, dtype, device) -> str | None:
     return None
 
 
+def _file_problem_entry(cls, args):
+    """The candidate's ModelNew, wrapped to be built per shape with Model's parameters."""
+    from kernels.kernelbench_runtime import CandidateModel, FileReference
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise TypeError(f"{args.entry} must be a torch.nn.Module subclass")
+    with open(args.problem_file) as f:
+        reference = FileReference(args.problem_name, f.read())
+    reference.param_seed = args.param_seed
+    return CandidateModel(cls, reference, args.device)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--candidate", required=True)
     ap.add_argument("--entry", required=True)
+    ap.add_argument("--problem-file")  # a KernelBench-format problem: the entry is its ModelNew class
+    ap.add_argument("--problem-name")
+    ap.add_argument("--param-seed", type=int, default=0)
     ap.add_argument("--device", required=True)
     ap.add_argument("--reply-fd", type=int, required=True)
     ap.add_argument("--seccomp", type=int, default=1)
@@ -526,6 +551,12 @@ def main(argv: list[str] | None = None) -> int:
         reply({"kind": "error", "compile": True, "fatal": True, "error": f"the module defines no callable {args.entry}"})
         return 0
     new_modules = sorted(set(sys.modules) - modules_before - {CANDIDATE_MODULE})
+    if args.problem_file:  # the problem's own imports are not the candidate's
+        try:
+            fn = _file_problem_entry(fn, args)
+        except BaseException:
+            reply({"kind": "error", "compile": True, "fatal": True, "error": traceback.format_exc(limit=8)[-6000:]})
+            return 0
     reply({"kind": "ready", "import_s": time.perf_counter() - t0, "new_modules": new_modules,
            "banned_modules": [m for m in new_modules if policy.module_violation(m)], "fences": fences,
            "threads": len(threading.enumerate())})

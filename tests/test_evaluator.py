@@ -189,9 +189,10 @@ def test_probe_lengths_favour_short_sequences():
     1..1500 on a GPU, where the tuned scan once failed unseen) come up often, the range stays whole."""
     import random
 
-    from kernels.judge import LOG_DRAWN_DIMS, PROBE_RANGES, probe_value
-    assert {"T", "S"} <= set(LOG_DRAWN_DIMS)
-    lo, hi = PROBE_RANGES["kda"]["cuda"]["T"]
+    from kernels.judge import probe_value
+    from kernels.problem import get_problem
+    assert get_problem("kda").log_drawn_dims == ("T",) and get_problem("mla_decode").log_drawn_dims == ("S",)
+    lo, hi = get_problem("kda").probe_ranges["cuda"]["T"]
     rng = random.Random(7)
     log_draws = [probe_value(rng, lo, hi, True) for _ in range(4000)]
     uniform_draws = [probe_value(rng, lo, hi, False) for _ in range(4000)]

@@ -382,7 +382,7 @@ def test_policy_routes_around_the_allowlist():
 
 
 def test_fence_self_test_switches_off_a_fence_that_breaks_honest_work(monkeypatch):
-    """On a new GPU machine the judge first runs the shipped starter inside the fences; a fence that
+    """On a new GPU machine the judge first runs its own probe kernel (kernels/fence_probe/) inside the fences; a fence that
     breaks it is switched off for that machine (and said so in the verdicts), the others stay."""
     import kernels.judge as judge_module
 

@@ -3,6 +3,7 @@ import asyncio
 import time
 
 import marathon
+from marathon_support import ROOT
 from workflows import names
 from workflows.models import RunSpec
 
@@ -45,3 +46,39 @@ def test_schedule_create_list_trigger_delete(temporal_server, capsys):  # noqa: 
     assert marathon.main(["schedule", "delete", "--id", "nightly-mla", "--address", address]) == 0
     assert marathon.main(["schedule", "create", "--id", "x", "--problem", "mla_decode", "--shape", "Q=1",
                           "--address", address]) == 2
+
+
+def test_schedule_a_suite_and_a_file_problem_carry_their_sources(temporal_server, tmp_path, capsys):  # noqa: F811
+    """The schedule's input holds each problem's source: editing the file later changes no night's run."""
+    import shutil
+
+    from workflows.suite import SuiteSpec
+    examples = ROOT / "docs" / "examples"
+    for name in ("silu_scale", "rms_norm"):
+        for f in (f"{name}.py", f"{name}_kernel.py"):
+            shutil.copy(examples / f, tmp_path / f)
+    address = temporal_server.address
+    assert marathon.main(["schedule", "create", "--id", "nightly-suite", "--problems", str(tmp_path),
+                          "--hours-each", "2", "--device", "cuda", "--address", address]) == 0
+    assert "a suite of 2 problems" in capsys.readouterr().out
+    assert marathon.main(["schedule", "create", "--id", "nightly-file", "--problem", str(tmp_path / "rms_norm.py"),
+                          "--kernel", str(tmp_path / "rms_norm_kernel.py"), "--device", "cuda",
+                          "--address", address]) == 0
+    original = (tmp_path / "rms_norm.py").read_text()
+    (tmp_path / "rms_norm.py").write_text("edited after scheduling")
+
+    async def inspect():
+        client = await worker.connect(address)
+        action = (await client.get_schedule_handle("nightly-suite").describe()).schedule.action
+        suite = (await client.data_converter.decode(action.args, [SuiteSpec]))[0]
+        assert action.workflow == names.SUITE_WORKFLOW_TYPE
+        assert [r.problem for r in suite.runs] == ["rms_norm", "silu_scale"]
+        assert all(r.budgets.hours == 2 and r.problem_source for r in suite.runs)
+        action = (await client.get_schedule_handle("nightly-file").describe()).schedule.action
+        spec = (await client.data_converter.decode(action.args, [RunSpec]))[0]
+        assert action.workflow == names.WORKFLOW_TYPE and spec.problem_source == original
+        for sid in ("nightly-suite", "nightly-file"):
+            await client.get_schedule_handle(sid).delete()
+
+    asyncio.run(inspect())
+

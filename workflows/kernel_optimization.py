@@ -160,6 +160,7 @@ class KernelOptimization:
         try:
             res: EvalResult = await workflow.execute_activity(
                 names.TEST_KERNEL, EvalInput(tool=names.TEST_KERNEL, problem=st.setup.problem, attempt=b.attempt,
+                                             problem_source=spec.problem_source,
                                              source=b.source, settings=settings, output_cap=spec.tool_output_cap),
                 result_type=EvalResult, **self._opts(f"test the best, attempt {b.attempt}, on the sweep shapes",
                                                      gpu=True))
@@ -188,7 +189,8 @@ class KernelOptimization:
         self.step = "preparing"
         try:
             setup: RunSetup = await workflow.execute_activity(
-                names.PREPARE_RUN, PrepareInput(problem=spec.problem, kernel=spec.kernel, source=spec.source,
+                names.PREPARE_RUN, PrepareInput(problem=spec.problem, problem_source=spec.problem_source,
+                                                kernel=spec.kernel, source=spec.source,
                                                 eval=spec.eval, inline_source_cap=spec.inline_source_cap),
                 result_type=RunSetup, start_to_close_timeout=timedelta(seconds=spec.tool_timeout_s),
                 retry_policy=RetryPolicy(maximum_attempts=5), summary=f"prepare {spec.problem} from {spec.kernel}")
@@ -569,7 +571,8 @@ class KernelOptimization:
             best = f"; best {st.best.speedup:.3g}x @ {st.best.attempt}" if st.best and st.best.speedup else ""
             settings = spec.eval if st.policy == "llm" else spec.eval.model_copy(update={"ncu": False})
             res_e: EvalResult = await workflow.execute_activity(  # (the tuner reads no Nsight metrics)
-                name, EvalInput(tool=name, problem=setup.problem, attempt=n, source=source,
+                name, EvalInput(tool=name, problem=setup.problem, problem_source=spec.problem_source, attempt=n,
+                                source=source,
                                 settings=settings, output_cap=cap),
                 result_type=EvalResult, **self._opts(f"{verb} attempt {n}{self._context(n)}{best}", gpu=True))
             d = res_e.digest.model_copy(update={"tool_call": seq})

@@ -86,6 +86,9 @@ class EvalSettings(_Input):
 class RunSpec(_Input):
     """The workflow input. Only `problem` is required."""
     problem: str
+    # a KernelBench-format problem file's source (kernels/kernelbench.py): the problem travels by value,
+    # so every evaluation, a resumed run and a scheduled one judge exactly what was submitted
+    problem_source: str | None = None
     kernel: str = "starter"  # a shipped kernel of the problem; ignored when `source` is given
     source: str | None = None  # inline starting source
     policy: Policy | None = None  # None: `llm` when a model is configured, else `tuner`
@@ -335,6 +338,7 @@ class AgentTurnResult(BaseModel):
 
 class PrepareInput(BaseModel):
     problem: str
+    problem_source: str | None = None
     kernel: str = "starter"
     source: str | None = None
     eval: EvalSettings = Field(default_factory=EvalSettings)
@@ -373,6 +377,7 @@ class EditInput(BaseModel):
 class EvalInput(BaseModel):
     tool: str  # compile_kernel | test_kernel | profile_kernel
     problem: str
+    problem_source: str | None = None
     attempt: int
     source: SourceRef
     settings: EvalSettings

@@ -5,6 +5,7 @@ from __future__ import annotations
 from temporalio.common import SearchAttributeKey
 
 WORKFLOW_TYPE = "KernelOptimization"
+SUITE_WORKFLOW_TYPE = "KernelSuite"  # workflows/suite.py: one KernelOptimization child per problem
 TASK_QUEUE = "marathon"  # the workflow, the model and the bookkeeping activities
 GPU_TASK_QUEUE = "marathon-gpu"  # compile/test/profile: one worker process per GPU
 

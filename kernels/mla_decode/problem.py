@@ -56,4 +56,8 @@ PROBLEM = ProblemSpec(
     dtypes={"cpu": "float16", "cuda": "bfloat16"},
     shipped_kernels=("starter", "tuned"),
     batch_dim="B",
+    # probe shapes: ranges per device keep the interpreter quick on the CPU; S drawn log-uniformly
+    probe_ranges={"cpu": {"B": (1, 2), "H": (1, 5), "S": (1, 160)},
+                  "cuda": {"B": (1, 4), "H": (1, 128), "S": (1, 6000)}},
+    log_drawn_dims=("S",),
 )

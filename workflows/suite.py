@@ -1,0 +1,102 @@
+"""A suite: one marathon per problem, each a child workflow of one parent (KernelSuite), at most
+`parallel` at a time. The parent survives crashes as a run does (its children's results are in its
+history), and its report scores the suite as KernelBench does: fast_p, the share of problems whose
+best kernel is correct and more than p times faster than eager PyTorch, and the geometric mean of
+the speedups over eager of the problems solved."""
+from __future__ import annotations
+
+import asyncio
+import math
+
+from pydantic import BaseModel, Field
+from temporalio import workflow
+from temporalio.exceptions import ChildWorkflowError
+
+from workflows import names
+from workflows.models import RunReport, RunSpec
+
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+EAGER = "eager"  # the baseline fast_p is measured against (a file problem's Model in eager mode)
+
+
+class SuiteSpec(BaseModel):
+    """The suite workflow's input: the runs, whole (each problem's source travels inside its RunSpec)."""
+    runs: list[RunSpec] = Field(min_length=1)
+    parallel: int = Field(default=1, ge=1, le=64)  # child runs at once
+
+
+class SuiteEntry(BaseModel):
+    problem: str
+    workflow_id: str
+    status: str  # the best kernel's verdict status; "no kernel" or "failed" when there is none
+    reason: str = ""
+    best_attempt: int | None = None
+    speedups: dict[str, float] = Field(default_factory=dict)  # baseline -> geometric mean over the shapes
+    speedup_vs_eager: float | None = None
+
+
+class SuiteReport(BaseModel):
+    workflow_id: str
+    problems: list[SuiteEntry]
+    fast_p: dict[str, float]  # "fast_0", "fast_1", "fast_1.5", "fast_2" -> share of the problems
+    geomean_speedup_vs_eager: float | None  # over the problems with a correct kernel
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def entry_from_report(problem: str, workflow_id: str, report: RunReport) -> SuiteEntry:
+    best = report.best
+    if best is None:
+        return SuiteEntry(problem=problem, workflow_id=workflow_id, status="no kernel", reason=report.stop_reason)
+    v = best.verdict
+    names_ = sorted({k for s in v.shapes for k in s.speedup})
+    speedups = {k: round(g, 4) for k in names_
+                if (g := _geomean([s.speedup[k] for s in v.shapes if k in s.speedup])) is not None}
+    return SuiteEntry(problem=problem, workflow_id=workflow_id, status=v.status, reason=v.reason[:300],
+                      best_attempt=best.attempt, speedups=speedups, speedup_vs_eager=speedups.get(EAGER))
+
+
+def score(workflow_id: str, entries: list[SuiteEntry]) -> SuiteReport:
+    solved = [e for e in entries if e.status == "ok"]
+    fast = {}
+    for p in FAST_P:
+        hits = [e for e in solved if p == 0 or (e.speedup_vs_eager is not None and e.speedup_vs_eager > p)]
+        fast[f"fast_{p:g}"] = round(len(hits) / len(entries), 4) if entries else 0.0
+    gm = _geomean([e.speedup_vs_eager for e in solved if e.speedup_vs_eager is not None])
+    return SuiteReport(workflow_id=workflow_id, problems=entries, fast_p=fast,
+                       geomean_speedup_vs_eager=round(gm, 4) if gm is not None else None)
+
+
+@workflow.defn(name=names.SUITE_WORKFLOW_TYPE)
+class KernelSuite:
+    def __init__(self) -> None:
+        self.done: list[SuiteEntry] = []
+
+    @workflow.run
+    async def run(self, spec: SuiteSpec) -> SuiteReport:
+        parent = workflow.info().workflow_id
+        gate = asyncio.Semaphore(spec.parallel)
+
+        async def one(i: int, run: RunSpec) -> SuiteEntry:
+            child_id = f"{parent}/{i}-{run.problem}"
+            async with gate:
+                try:
+                    report = await workflow.execute_child_workflow(
+                        names.WORKFLOW_TYPE, run, id=child_id, result_type=RunReport,
+                        static_summary=f"{run.problem} in suite {parent}")
+                    entry = entry_from_report(run.problem, child_id, report)
+                except ChildWorkflowError as err:
+                    entry = SuiteEntry(problem=run.problem, workflow_id=child_id, status="failed",
+                                       reason=str(err.cause or err)[:300])
+            self.done.append(entry)
+            return entry
+
+        entries = await asyncio.gather(*(one(i, r) for i, r in enumerate(spec.runs)))
+        return score(parent, list(entries))
+
+    @workflow.query
+    def finished(self) -> list[SuiteEntry]:
+        return list(self.done)
