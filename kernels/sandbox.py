@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction, KernelInterface
 
-from kernels import isolation, policy, timing
+from kernels import confinement, isolation, policy, timing
 
 CANDIDATE_MODULE = "candidate"
 # aten ops that only allocate, move, view or cast data: everything else is computation, which must
@@ -476,6 +476,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--writable", default="")
     ap.add_argument("--gpu-memory-fraction", type=float, default=0.0)
     args = ap.parse_args(argv)
+    # before any code of the candidate's: what it starts cannot read this process's memory (the
+    # nonce, the channel) through /proc
+    dumpable_off = confinement.make_non_dumpable()
     channel = os.fdopen(args.reply_fd, "w", buffering=1)
     # The judge's first line is this run's nonce: every reply carries it, so a line the candidate
     # writes into the channel (were it ever to reach the descriptor) is told apart from ours.
@@ -508,6 +511,9 @@ def main(argv: list[str] | None = None) -> int:
         abi = isolation.restrict_filesystem([p for p in args.writable.split(os.pathsep) if p],
                                             scope_abstract_unix=args.device != "cuda")
         fences["landlock"] = abi > 0
+    if os.geteuid() == 0:  # root's capabilities would let it read every process, non-dumpable or not
+        fences["capabilities_dropped"] = isolation.drop_capabilities()
+    fences["non_dumpable"] = dumpable_off
     fences["seccomp"] = bool(args.seccomp) and isolation.install_seccomp(allow_exec_children=args.device == "cuda")
     reply({"kind": "fenced", "fences": fences})
     modules_before = set(sys.modules)
