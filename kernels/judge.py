@@ -136,7 +136,7 @@ def _limits(device: str, fsize: int):
 
 
 FENCE_SWITCHES = {"seccomp": "MARATHON_SANDBOX_SECCOMP", "landlock": "MARATHON_SANDBOX_LANDLOCK",
-                  "netns": "MARATHON_SANDBOX_NETNS"}
+                  "netns": "MARATHON_SANDBOX_NETNS", "capabilities": "MARATHON_SANDBOX_DROP_CAPABILITIES"}
 
 
 def fence_self_test(device: str) -> str:
@@ -168,7 +168,8 @@ def _probe_fences(device: str) -> dict:
     req = EvalRequest(problem="mla_decode", source=resolve_kernel(spec, "starter")[1], kernel="fence-self-test",
                       device=device, mode="test", shapes=[{"B": 1, "H": 2, "S": 64}], probe_shapes=0, timeout_s=180)
     tried, failures = [], []
-    for off in ([], ["netns"], ["landlock"], ["seccomp"], ["netns", "landlock", "seccomp"]):
+    for off in ([], ["netns"], ["landlock"], ["seccomp"], ["capabilities"],
+                ["netns", "landlock", "seccomp", "capabilities"]):
         with tempfile.TemporaryDirectory(prefix=confinement.scratch_prefix("marathon-fence-probe")) as tmp:
             req_path, out_path = Path(tmp) / "request.json", Path(tmp) / "verdict.json"
             req_path.write_text(req.model_dump_json())
@@ -217,6 +218,7 @@ class Sandbox:
             [sys.executable, "-m", "kernels.sandbox", "--candidate", str(candidate), "--entry", entry,
              "--device", device, "--reply-fd", str(write_fd), "--seccomp", str(switches["seccomp"]),
              "--landlock", str(switches["landlock"]), "--netns", str(switches["netns"]),
+             "--drop-capabilities", str(switches["capabilities"]),
              "--writable", os.pathsep.join(writable),
              "--gpu-memory-fraction", str(GPU_MEMORY_FRACTION if device == "cuda" else 0.0)],
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.workdir,
