@@ -77,24 +77,28 @@ def test_judge_env_is_an_allowlist():
     assert env["PATH"] == "/usr/bin" and env["TRITON_INTERPRET"] == "1"
 
 
-def test_non_dumpable_hides_environ_from_a_process_without_ptrace_rights(tmp_path):
-    """A child of a non-dumpable parent, having dropped its capabilities as the sandbox does, cannot
-    read the parent's environ; the same child can read a dumpable sibling's."""
+@pytest.mark.parametrize("dumpable", [False, True], ids=["non-dumpable", "dumpable-control"])
+def test_non_dumpable_hides_environ_from_a_process_without_ptrace_rights(dumpable):
+    """A parent without capabilities (as an ordinary user's process) holding a key starts a child,
+    which also has none, as the sandbox; the child reads the parent's environ. Non-dumpable: refused;
+    the dumpable control shows the read works otherwise."""
     code = ("import os, sys\nfrom kernels import confinement, isolation\n"
-            "if sys.argv[1] == 'parent':\n"
-            "    confinement.make_non_dumpable()\n"
-            "    import subprocess\n"
-            "    sys.exit(subprocess.run([sys.executable, '-c', sys.argv[2], 'child', str(os.getpid())]).returncode)\n"
             "if os.geteuid() == 0:\n"
             "    assert isolation.drop_capabilities()\n"
+            "if sys.argv[1] == 'parent':\n"
+            "    if sys.argv[3] == '0':\n"
+            "        assert confinement.make_non_dumpable()\n"
+            "    import subprocess\n"
+            "    sys.exit(subprocess.run([sys.executable, '-c', sys.argv[2], 'child', str(os.getpid())]).returncode)\n"
             "try:\n"
             "    data = open(f'/proc/{sys.argv[2]}/environ', 'rb').read()\n"
             "except PermissionError:\n"
-            "    sys.exit(0)\n"
-            "sys.exit(1 if b'sk-marathon' in data else 3)\n")
+            "    sys.exit(10)\n"
+            "sys.exit(11 if b'sk-marathon' in data else 12)\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MARATHON_TEST_SECRET": "sk-marathon-" + secrets.token_hex(8)}
-    out = subprocess.run([sys.executable, "-c", code, "parent", code], env=env, timeout=60, capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
+    out = subprocess.run([sys.executable, "-c", code, "parent", code, str(int(dumpable))], env=env, timeout=60,
+                         capture_output=True, text=True)
+    assert out.returncode == (11 if dumpable else 10), out.stdout + out.stderr
 
 
 DECOY = "import os, sys\nfrom kernels import isolation\nisolation.drop_capabilities()\nos.execvp('sleep', ['sleep', '300'])\n"
@@ -263,3 +267,22 @@ def test_nvidia_smi_query_filters_by_gpu(monkeypatch, tmp_path):
     assert gpu_quiet.nvidia_smi_query(None)() == {100, 200, 300}
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert gpu_quiet.nvidia_smi_query("GPU-aaa")() is None
+
+
+def test_a_starting_gpu_worker_removes_stale_scratch_and_makes_itself_non_dumpable(monkeypatch, tmp_path):
+    import tempfile
+
+    import worker
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"marathon-eval-{dead.pid}-left"
+    stale.mkdir()
+    calls = []
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(worker, "make_non_dumpable", lambda: calls.append("non-dumpable") or True)
+
+    async def serve(*args) -> None:  # the Temporal worker itself is not this test's concern
+        calls.append("serve")
+    monkeypatch.setattr(worker, "_serve", serve)
+    assert worker.main(["--queues", worker.names.GPU_TASK_QUEUE, "--gpus", "none"]) == 0
+    assert calls == ["non-dumpable", "serve"] and not stale.exists()
