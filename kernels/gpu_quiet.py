@@ -53,7 +53,7 @@ def wait_for_quiet_gpu(query: Query, ours: Callable[[], set[int]], *, bound_s: f
         pids = query()
         if pids is None:
             return ""
-        others = pids - ours()
+        others = _others(pids, ours())
         waited = clock() - t0
         if not others:
             if not seen:
@@ -67,5 +67,20 @@ def wait_for_quiet_gpu(query: Query, ours: Callable[[], set[int]], *, bound_s: f
         sleep(min(poll_s, max(bound_s - waited, 0.0)))
 
 
+def _others(pids: set[int], ours: set[int]) -> set[int]:
+    """The processes on the GPU that are not ours. The driver names them by the host's pids; inside a
+    container with a pid namespace of its own none of them is ours by number (the judge itself holds
+    a context), so there they are counted instead: each listed process beyond our own number is
+    another's (and stands as a negative placeholder)."""
+    if not pids or pids & ours:
+        return pids - ours
+    return set(range(-(len(pids) - len(ours)), 0))
+
+
 def _pids(pids: set[int]) -> str:
-    return ", ".join(map(str, sorted(pids)[:8])) + (" ..." if len(pids) > 8 else "")
+    unnamed = sum(1 for p in pids if p < 0)
+    named = sorted(p for p in pids if p > 0)
+    text = ", ".join(map(str, named[:8])) + (" ..." if len(named) > 8 else "")
+    if unnamed:
+        text = ", ".join(filter(None, [text, f"{unnamed} unnamed: another pid namespace"]))
+    return text

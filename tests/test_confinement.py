@@ -258,6 +258,14 @@ def test_times_anyway_after_the_bound_and_says_so():
     assert len(calls) == 16  # every 2 s, and once at the bound
 
 
+def test_pids_of_another_namespace_are_counted_not_named():
+    # the driver lists host pids: ours (10, 11) appear as 7010, 7011; a third process is another's
+    note, waited, _ = _wait(lambda t: {7010, 7011, 7999}, bound=4.0)
+    assert waited == 4.0 and "1 unnamed: another pid namespace" in note and "timed beside them" in note
+    note, waited, _ = _wait(lambda t: {7010, 7011}, bound=4.0)  # just our two: quiet
+    assert note == "" and waited == 0
+
+
 def test_nvidia_smi_query_filters_by_gpu(monkeypatch, tmp_path):
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\nprintf 'GPU-aaa, 100\\nGPU-bbb, 200\\nGPU-aaa, 300\\n'\n")
