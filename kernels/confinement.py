@@ -16,12 +16,13 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 
 # Variable names that never leave the worker, whatever their prefix says.
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE")
 # What the judge needs from the worker's environment: the toolchain (CUDA, Triton, torch, the
-# dynamic loader, the locale), which GPU it may use, and the evaluator's own switches (MARATHON_*).
+# dynamic loader, the locale, FLA for the KDA baseline), which GPU it may use, and the evaluator's own
+# switches (MARATHON_*).
 JUDGE_ENV_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "TMPDIR", "LD_LIBRARY_PATH",
                    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CC", "CXX")
-JUDGE_ENV_PREFIXES = ("LC_", "CUDA_", "TRITON_", "NVIDIA_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "MARATHON_")
+JUDGE_ENV_PREFIXES = ("LC_", "CUDA_", "TRITON_", "NVIDIA_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "FLA_", "MARATHON_")
 
 # Scratch folders of the evaluator's processes, under the temp dir; the owner's pid follows the prefix
 # (kernels.confinement.scratch_prefix) so that a starting worker can tell a dead owner's from a live one's.
