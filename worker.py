@@ -36,6 +36,7 @@ if str(ROOT) not in sys.path:
 from activities.artifacts import ArtifactStore  # noqa: E402
 from activities.compaction import compact  # noqa: E402
 from activities.registry import MarathonActivities  # noqa: E402
+from kernels.confinement import make_non_dumpable, remove_stale_scratch  # noqa: E402
 from workflows import names  # noqa: E402
 from workflows.kernel_optimization import KernelOptimization  # noqa: E402
 from workflows.suite import KernelSuite  # noqa: E402
@@ -266,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"worker.py: --queues takes {names.TASK_QUEUE} and/or {names.GPU_TASK_QUEUE}", file=sys.stderr)
         return 2
     control, gpu = names.TASK_QUEUE in queues, names.GPU_TASK_QUEUE in queues
+    # this process holds the model's API key in its environment: no candidate may read it through /proc
+    make_non_dumpable()
+    if gpu:  # what a killed worker's evaluations left under the temp dir
+        removed = remove_stale_scratch()
+        if removed:
+            print(f"worker {os.getpid()}: removed {len(removed)} stale scratch folder(s)", flush=True)
     gpus: list[str] = []
     if gpu and args.gpus != "none" and not os.environ.get(CHILD_ENV):
         gpus = visible_gpus() if args.gpus == "auto" else [x for x in args.gpus.split(",") if x]

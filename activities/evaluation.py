@@ -21,6 +21,7 @@ from typing import Callable
 from activities.artifacts import ArtifactStore, capped
 from activities.tools import source_text
 from kernels.baseline_cache import DEFAULT_TTL_S, BaselineCache
+from kernels.confinement import judge_env, scratch_prefix
 from kernels.evaluator import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, env_digest, evaluate
 from kernels.verdict import Verdict
 from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
@@ -142,11 +143,10 @@ def ncu_metrics(req: EvalRequest, kernels: list[str], timeout_s: float = 600.0) 
     shapes = req.shapes[:1] or []
     probe = req.model_copy(update={"mode": "compile", "seeds": 1, "baselines": False, "shapes": shapes,
                                    "shape_set": req.shape_set if not shapes else None})
-    with tempfile.TemporaryDirectory(prefix="marathon-ncu-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=scratch_prefix("marathon-ncu")) as tmp:
         req_path, out_path = Path(tmp) / "request.json", Path(tmp) / "verdict.json"
         req_path.write_text(probe.model_dump_json())
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+        env = judge_env(tmp, PROJECT_ROOT)  # an allowlist of this worker's environment, as evaluate() gives
         # what ncu adds to this environment the judge hands on to the candidate's process (judge.profiler_env)
         env[PROFILER_BASE_ENV] = json.dumps({k: env_digest(v) for k, v in env.items()})
         # clocks left alone: ncu would otherwise lock them to base, and durations would not match

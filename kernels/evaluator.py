@@ -14,6 +14,7 @@ from typing import Callable
 
 from pydantic import BaseModel, Field
 
+from kernels.confinement import die_with_parent, judge_env, scratch_prefix
 from kernels.problem import get_problem, resolve_kernel
 from kernels.verdict import KnownBaseline, Mode, Verdict
 
@@ -80,11 +81,11 @@ def evaluate(request: EvalRequest, *, heartbeat: Callable[[], None] | None = Non
         spec.shapes("smoke")  # a file problem on a CPU needs small shapes: says so here
     if request.dtype is not None and request.dtype not in spec.tolerances:
         raise ValueError(f"--dtype {request.dtype}: {spec.name} knows {', '.join(spec.tolerances)}")
-    with tempfile.TemporaryDirectory(prefix="marathon-judge-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=scratch_prefix("marathon-judge")) as tmp:
         req_path, out_path, log_path = (Path(tmp) / n for n in ("request.json", "verdict.json", "judge.log"))
         req_path.write_text(request.model_dump_json())
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+        # an allowlist of the worker's environment, never a copy: the model's API key stays here
+        env = judge_env(tmp, PROJECT_ROOT)
         # the baselines' Triton autotuning (FLA's: most of a KDA baseline's minute and a half) is kept on
         # disk, so a fresh judge process re-times a baseline without re-tuning it; the candidate's
         # process does not inherit this (kernels/judge.py candidate_env)
@@ -93,7 +94,7 @@ def evaluate(request: EvalRequest, *, heartbeat: Callable[[], None] | None = Non
             proc = subprocess.Popen(
                 [sys.executable, "-m", "kernels.judge", str(req_path), str(out_path)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=tmp,
-                start_new_session=True)
+                start_new_session=True, preexec_fn=die_with_parent())
             deadline = time.monotonic() + request.timeout_s + judge_grace_s
             try:
                 while True:

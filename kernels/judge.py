@@ -26,9 +26,10 @@ from pathlib import Path
 import torch
 import triton
 
-from kernels import isolation, timing
+from kernels import confinement, gpu_quiet, isolation, timing
 from kernels.hostinfo import nvidia_driver
 from kernels.evaluator import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, EvaluatorError, env_digest, source_sha256
+from kernels.confinement import SECRET_WORDS
 from kernels.policy import check_source, module_violation
 from kernels.problem import ProblemSpec, get_problem
 from kernels.roofline import DeviceProfile, profile_for_gpu
@@ -43,7 +44,6 @@ BASELINE_TOLERANCE_FACTOR = 4.0
 LOG_TAIL_CHARS = 4000
 # Environment variables a candidate may see; everything else (keys, tokens) stays behind.
 PASS_ENV_PREFIXES = ("CUDA_", "TRITON_", "NVIDIA_", "LD_LIBRARY_PATH", "PATH", "LANG", "LC_")
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
 # Resource limits of the candidate's process tree (each can be set in the judge's environment).
 MAX_PROCESSES = int(os.environ.get("MARATHON_SANDBOX_MAX_PROCESSES", "16"))  # ptxas/gcc while compiling
 SCRATCH_QUOTA = int(os.environ.get("MARATHON_SANDBOX_DISK", str(4 * 2**30)))  # bytes under the scratch dir
@@ -135,7 +135,7 @@ def _limits(device: str, fsize: int):
 
 
 FENCE_SWITCHES = {"seccomp": "MARATHON_SANDBOX_SECCOMP", "landlock": "MARATHON_SANDBOX_LANDLOCK",
-                  "netns": "MARATHON_SANDBOX_NETNS"}
+                  "netns": "MARATHON_SANDBOX_NETNS", "capabilities": "MARATHON_SANDBOX_DROP_CAPABILITIES"}
 
 
 def fence_self_test(device: str) -> str:
@@ -172,8 +172,9 @@ def fence_probe_request(device: str) -> EvalRequest:
 def _probe_fences(device: str) -> dict:
     req = fence_probe_request(device)
     tried, failures = [], []
-    for off in ([], ["netns"], ["landlock"], ["seccomp"], ["netns", "landlock", "seccomp"]):
-        with tempfile.TemporaryDirectory(prefix="marathon-fence-probe-") as tmp:
+    for off in ([], ["netns"], ["landlock"], ["seccomp"], ["capabilities"],
+                ["netns", "landlock", "seccomp", "capabilities"]):
+        with tempfile.TemporaryDirectory(prefix=confinement.scratch_prefix("marathon-fence-probe")) as tmp:
             req_path, out_path = Path(tmp) / "request.json", Path(tmp) / "verdict.json"
             req_path.write_text(req.model_dump_json())
             env = {**os.environ, "MARATHON_SANDBOX_SELF_TEST": "0", **{FENCE_SWITCHES[n]: "0" for n in off}}
@@ -221,6 +222,7 @@ class Sandbox:
             [sys.executable, "-m", "kernels.sandbox", "--candidate", str(candidate), "--entry", entry,
              "--device", device, "--reply-fd", str(write_fd), "--seccomp", str(switches["seccomp"]),
              "--landlock", str(switches["landlock"]), "--netns", str(switches["netns"]),
+             "--drop-capabilities", str(switches["capabilities"]),
              "--writable", os.pathsep.join(writable),
              "--gpu-memory-fraction", str(GPU_MEMORY_FRACTION if device == "cuda" else 0.0), *(problem or [])],
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.workdir,
@@ -486,7 +488,7 @@ class Judge:
             probes = self.probe_shapes(shapes)
             with self._phase("fence_self_test"):
                 self_test = fence_self_test(self.device)
-            with tempfile.TemporaryDirectory(prefix="marathon-eval-") as tmp:
+            with tempfile.TemporaryDirectory(prefix=confinement.scratch_prefix("marathon-eval")) as tmp:
                 sandbox = Sandbox(self.req.source, self.spec.entry_point, self.device, Path(tmp), self.req.timeout_s,
                                   fsize=self._file_limit(shapes + probes), memory_cap=self._memory_cap(),
                                   problem=self._problem_args(Path(tmp)))
@@ -701,6 +703,9 @@ class Judge:
         slots = 2
         seed0 = 3 * secrets.randbelow(2**20) + 2**22  # never a correctness seed
         cuda = self.device == "cuda"
+        if cuda:
+            with self._phase("gpu_wait"):
+                self._wait_for_quiet_gpu(sandbox)
         with self._phase("timing"):
             reply = sandbox.request({"op": "time", "problem": self.spec.name, "shape": shape,
                                      "dtype": str(self.dtype).removeprefix("torch."), "seed_base": seed0,
@@ -728,6 +733,16 @@ class Judge:
         for name, us in result.baselines.items():
             result.speedup[name] = round(us / result.latency_us, 4) if result.latency_us > 0 else math.inf
         self._speed_checks(result, shape)
+
+    def _wait_for_quiet_gpu(self, sandbox) -> None:
+        """No timing beside another process on this GPU (an orphaned evaluation, someone else's job):
+        wait for it to leave, up to a bound; the verdict says whom it waited for."""
+        uuid = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", None)
+        query = gpu_quiet.nvidia_smi_query(f"GPU-{uuid}" if uuid else None)
+        ours = lambda: {os.getpid(), *isolation.process_tree(sandbox.proc.pid, sandbox.token)}  # noqa: E731
+        note = gpu_quiet.wait_for_quiet_gpu(query, ours)
+        if note and note not in self.verdict.gpu_shared:
+            self.verdict.gpu_shared = "; ".join(filter(None, [self.verdict.gpu_shared, note]))
 
     def _recheck(self, sandbox, shape, phases: dict, seed_offset: int) -> None:
         """Outputs of timed calls, picked after the timing, against the reference on their inputs."""
@@ -871,6 +886,8 @@ def _fmt(shape: dict[str, int]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    # first: nothing this process starts may read its memory, environment or command line
+    confinement.make_non_dumpable()
     req = EvalRequest.model_validate_json(Path(argv[0]).read_text())
     torch.backends.cuda.matmul.allow_tf32 = False  # the reference is true fp32
     torch.backends.cudnn.allow_tf32 = False

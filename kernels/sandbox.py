@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction, KernelInterface
 
-from kernels import isolation, policy, timing
+from kernels import confinement, isolation, policy, timing
 
 CANDIDATE_MODULE = "candidate"
 # aten ops that only allocate, move, view or cast data: everything else is computation, which must
@@ -498,9 +498,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seccomp", type=int, default=1)
     ap.add_argument("--landlock", type=int, default=1)
     ap.add_argument("--netns", type=int, default=1)
+    ap.add_argument("--drop-capabilities", type=int, default=1)
     ap.add_argument("--writable", default="")
     ap.add_argument("--gpu-memory-fraction", type=float, default=0.0)
     args = ap.parse_args(argv)
+    # before any code of the candidate's: what it starts cannot read this process's memory (the
+    # nonce, the channel) through /proc
+    dumpable_off = confinement.make_non_dumpable()
     channel = os.fdopen(args.reply_fd, "w", buffering=1)
     # The judge's first line is this run's nonce: every reply carries it, so a line the candidate
     # writes into the channel (were it ever to reach the descriptor) is told apart from ours.
@@ -526,13 +530,17 @@ def main(argv: list[str] | None = None) -> int:
     # the H200 machines when they came first), and before any code of the candidate's: its own
     # network namespace (root only), Landlock (writes only under its scratch dir and Triton's cache,
     # no TCP; on the CPU also no abstract unix sockets out), and seccomp (no sockets but AF_UNIX, no
-    # fork: threads, and on CUDA vfork+exec for Triton's ptxas and launcher builds; no io_uring).
+    # fork: threads, and on CUDA vfork+exec for Triton's ptxas and launcher builds; no io_uring); as
+    # root, no capabilities either (they would open every process's /proc files and memory).
     if args.netns:
         fences["netns"] = os.geteuid() == 0 and isolation.unshare_network()
     if args.landlock:
         abi = isolation.restrict_filesystem([p for p in args.writable.split(os.pathsep) if p],
                                             scope_abstract_unix=args.device != "cuda")
         fences["landlock"] = abi > 0
+    if args.drop_capabilities and os.geteuid() == 0:  # root's would let it read every process, non-dumpable or not
+        fences["capabilities_dropped"] = isolation.drop_capabilities()
+    fences["non_dumpable"] = dumpable_off
     fences["seccomp"] = bool(args.seccomp) and isolation.install_seccomp(allow_exec_children=args.device == "cuda")
     reply({"kind": "fenced", "fences": fences})
     modules_before = set(sys.modules)

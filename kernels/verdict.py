@@ -88,6 +88,9 @@ class Verdict(BaseModel):
     elapsed_s: float = 0.0
     # where elapsed_s went (seconds): sandbox start, reference, candidate calls, timing, baselines...
     phases_s: dict[str, float] = Field(default_factory=dict)
+    # other processes found on the GPU before timing (kernels/gpu_quiet.py): whom the judge waited for
+    # and whether it timed beside them; empty when the GPU was the judge's alone (and on the CPU)
+    gpu_shared: str = ""
 
     @property
     def ok(self) -> bool:

@@ -155,6 +155,7 @@ CASES = [
     Case("mla_illegal_address", "crashed", "", cuda=True),
     # secrets and network (more in the dedicated tests below)
     Case("mla_read_secrets", reason="imports 'os'", **S),
+    Case("mla_snoop_everything", reason="imports 'os'", **S),  # run time: tests/test_confinement.py
     Case("mla_network", reason="imports 'socket'", **S),
 ]
 CONTROLS = [  # honest candidates: no false rejections, and no flags

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from marathon_support import ROOT, queues, temporal_server, workers  # noqa: F401
+from marathon_support import ROOT, queues, workers
 from workflows import names
 from workflows.models import Budgets, EvalSettings, RunSpec
 from workflows.suite import SuiteEntry, SuiteReport, SuiteSpec, score
