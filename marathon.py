@@ -283,6 +283,7 @@ async def _follow(client, workflow_id: str, out, stop) -> None:
     is set. It stops between queries, never inside one: a query cancelled in flight leaves the SDK's
     core thread to call back into an interpreter that is exiting, which aborts the process."""
     import time
+    from datetime import datetime, timezone
 
     from workflows.models import RunStatus
 
@@ -311,10 +312,11 @@ async def _follow(client, workflow_id: str, out, stop) -> None:
             print(f"  {line}", file=out, flush=True)
         seen = new
         now = time.monotonic()
-        if now - last_line > 30:
+        if now - last_line > (10 if st.fault else 30):  # a fault is news: said more often, with its age
             best = f"{st.best_speedup:.3f}x @ {st.best_attempt}" if st.best_speedup is not None else "none yet"
+            failing = f"; failing: {st.fault.line(datetime.now(timezone.utc))}" if st.fault else ""
             print(f"[{st.tool_calls}/{st.tool_calls_budget} tool calls, {st.hours_used:.2f}/{st.hours_budget:g} h, "
-                  f"best {best}] {st.step}", file=out, flush=True)
+                  f"best {best}] {st.step}{failing}", file=out, flush=True)
             last_line = now
         if st.phase == "finished":
             return

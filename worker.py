@@ -67,13 +67,21 @@ class WorkerSet:
             ex.shutdown(wait=False, cancel_futures=True)
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The loop the workers will run on (activities send their fault signals through it)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def build_workers(client: Client, *, control: bool = True, gpu: bool = True,
                   task_queue: str = names.TASK_QUEUE, gpu_task_queue: str = names.GPU_TASK_QUEUE,
                   store: ArtifactStore | None = None, max_concurrent: int = 16,
                   max_concurrent_gpu: int = 1, identity: str | None = None) -> WorkerSet:
     """The workers this process serves: the control queue (workflow + model + bookkeeping) and/or
     the GPU queue (evaluations, `max_concurrent_gpu` at a time, 1 per GPU)."""
-    acts = MarathonActivities(store or ArtifactStore())
+    acts = MarathonActivities(store or ArtifactStore(), client=client, loop=_running_loop())
     out = WorkerSet([])
     extra = {"identity": identity} if identity else {}
     if control:

@@ -2,9 +2,15 @@
 notebook) in a directory, keyed by the SHA-256 of their content. History keeps only the key.
 
 The directory is the worker's choice (`worker.py --artifacts DIR`, or MARATHON_ARTIFACTS); workers on
-several hosts should share one (an NFS path, a mounted bucket)."""
+several hosts should share one (an NFS path, a mounted bucket).
+
+Faults are said plainly: a full disk raises ArtifactStoreFull (the activity fails, Temporal retries it,
+the run reports it), and an artifact whose bytes no longer hash to its key raises ArtifactCorrupt on
+read (a later put of the same content repairs it). MARATHON_ARTIFACTS_QUOTA_BYTES caps the store's size,
+as a small disk would: tests fill the store without filling the host."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import tempfile
@@ -21,9 +27,35 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+class ArtifactStoreFull(OSError):
+    """No room left for an artifact (a full disk, a quota)."""
+
+
+class ArtifactCorrupt(RuntimeError):
+    """An artifact whose content no longer hashes to its key."""
+
+
+def _quota_from_env() -> int | None:
+    raw = os.environ.get("MARATHON_ARTIFACTS_QUOTA_BYTES")
+    return int(raw) if raw else None
+
+
 class ArtifactStore:
-    def __init__(self, root: str | Path | None = None) -> None:
+    def __init__(self, root: str | Path | None = None, quota_bytes: int | None = None) -> None:
         self.root = Path(root) if root is not None else default_root()
+        self.quota_bytes = quota_bytes if quota_bytes is not None else _quota_from_env()
+
+    def used_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file()) if self.root.exists() else 0
+
+    def _full(self, exc: OSError | None, needed: int) -> ArtifactStoreFull:
+        why = "no space left on device" if exc is None or exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        return ArtifactStoreFull(errno.ENOSPC, f"the artifact store at {self.root} is full ({why}; "
+                                               f"{needed} bytes to write): free space or point --artifacts elsewhere")
+
+    def _check_quota(self, needed: int) -> None:
+        if self.quota_bytes is not None and self.used_bytes() + needed > self.quota_bytes:
+            raise self._full(None, needed)
 
     def path(self, key: str) -> Path:
         if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
@@ -34,19 +66,44 @@ class ArtifactStore:
         """Store `text`; idempotent (a retried activity writes the same file again, harmlessly)."""
         key = sha256_text(text)
         path = self.path(key)
-        if not path.exists():
+        if path.exists() and self._intact(path, key):
+            return key
+        data = text.encode()
+        self._check_quota(len(data))
+        tmp = None
+        try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)  # also repairs a corrupted copy
+        except OSError as exc:
+            if tmp is not None and os.path.exists(tmp):
+                os.unlink(tmp)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise self._full(exc, len(data)) from None
+            raise
         return key
 
-    def get(self, key: str) -> str:
+    @staticmethod
+    def _intact(path: Path, key: str) -> bool:
         try:
-            return self.path(key).read_text(encoding="utf-8")
+            return hashlib.sha256(path.read_bytes()).hexdigest() == key
+        except OSError:
+            return False
+
+    def get(self, key: str) -> str:
+        path = self.path(key)
+        try:
+            data = path.read_bytes()
         except FileNotFoundError:
             raise KeyError(f"artifact {key} is not in {self.root}") from None
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != key:
+            raise ArtifactCorrupt(f"artifact {key[:16]} is corrupted: its {len(data)} bytes in {self.root} hash to "
+                                  f"{actual[:16]}, not to its key (a damaged disk or a hand edit); writing the same "
+                                  f"content again repairs it")
+        return data.decode("utf-8")
 
     def has(self, key: str) -> bool:
         return self.path(key).exists()
@@ -57,9 +114,14 @@ class ArtifactStore:
 
     def append_notebook(self, workflow_id: str, line: str) -> Path:
         path = self.notebook_path(workflow_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(line.rstrip("\n") + "\n")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(line.rstrip("\n") + "\n")
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise self._full(exc, len(line)) from None
+            raise
         return path
 
 

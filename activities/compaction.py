@@ -15,6 +15,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, Field
 from temporalio import activity
 
+from activities.faults import heartbeating
 from compaction.memory import AttemptDigest, BestKernel, Memory
 from compaction.prompt import estimate_tokens, memory_block
 from compaction.summarize import (RESPONSE_FORMAT, deterministic_memory, merge_ledger, parse_model_memory,
@@ -110,6 +111,7 @@ def compact_memory(inp: CompactInput, chat: ChatFn | None = None) -> CompactResu
 
 @activity.defn(name=names.COMPACT)
 def compact(inp: CompactInput) -> CompactResult:
-    res = compact_memory(inp)
+    with heartbeating():  # a summary can take minutes; a lost worker's attempt is retried at once
+        res = compact_memory(inp)
     activity.logger.info(res.line())
     return res

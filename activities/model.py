@@ -1,10 +1,14 @@
 """The model turn: one chat completion against any OpenAI-compatible endpoint (OpenAI, vLLM, SGLang,
 Ollama), with the `openai` package's own retries off so that Temporal owns retrying.
 
-Error mapping (raised as temporalio ApplicationError, so it works inside any activity):
+Error mapping (raised as temporalio ApplicationError, so it works inside any activity), in one short
+line that says what failed (status code and reason, the OS's reason for a connection, the delay asked
+for), never the key:
   408, 409, 429, 5xx, timeouts, connection errors, unparseable answers -> retryable, honouring a
       retry-after / retry-after-ms header through next_retry_delay;
-  any other 4xx (bad request, auth, not found, ...)                      -> non-retryable.
+  401, 403                                                               -> ModelAuthError, non-retryable;
+  400 saying the prompt is over the model's context                     -> ModelContextLength, non-retryable;
+  any other 4xx (bad request, not found, ...)                            -> non-retryable.
 The key is read from os.environ[settings.api_key_env] here, in the worker process, and nowhere else."""
 from __future__ import annotations
 
@@ -18,9 +22,15 @@ from typing import Any
 import openai
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from compaction.text import one_line
 from workflows.models import AgentTurnInput, AgentTurnResult, ModelSettings
 
 RETRYABLE_STATUS = {408, 409, 429}
+AUTH_STATUS = {401, 403}
+BODY_CHARS = 300
+# how OpenAI, vLLM, SGLang and Ollama word a prompt over the context window
+CONTEXT_WORDS = ("context length", "context_length", "context window", "maximum context", "too many tokens",
+                 "prompt is too long", "max_model_len")
 _clients: dict[tuple, openai.OpenAI] = {}
 _clients_lock = threading.Lock()
 
@@ -66,25 +76,53 @@ def retry_after(headers: Any) -> timedelta | None:
         return None
 
 
-def map_error(exc: Exception) -> ApplicationError:
-    """An openai exception as the ApplicationError Temporal should see."""
+def _root_reason(exc: BaseException) -> str:
+    """The innermost cause's words: '[Errno 111] Connection refused' -> 'connection refused'."""
+    inner, seen = exc, 0
+    while (inner.__cause__ or inner.__context__) is not None and seen < 10:
+        inner, seen = inner.__cause__ or inner.__context__, seen + 1
+    text = str(inner).strip() or type(inner).__name__
+    if text.startswith("[Errno") and "]" in text:
+        text = text.split("]", 1)[1].strip()
+    return text[:1].lower() + text[1:]
+
+
+def _redact(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret and len(secret) >= 4 else text
+
+
+def map_error(exc: Exception, secret: str | None = None) -> ApplicationError:
+    """An openai exception as the ApplicationError Temporal should see; `secret` (the key) is blanked
+    wherever the endpoint echoed it."""
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        body = str(exc.message)[:500]
+        phrase = getattr(exc.response, "reason_phrase", "") or ""
+        code = f"HTTP {status}" + (f" {phrase}" if phrase else "")
+        body = one_line(_redact(str(exc.message), secret), BODY_CHARS)
         if status in RETRYABLE_STATUS or status >= 500:
-            return ApplicationError(f"model endpoint answered HTTP {status}: {body}", type=f"HTTP{status}",
-                                    next_retry_delay=retry_after(exc.response.headers),
+            delay = retry_after(exc.response.headers)
+            wait = f"; it asked to retry after {delay.total_seconds():g} s" if delay is not None else ""
+            return ApplicationError(f"model endpoint answered {code}: {body}{wait}", type=f"HTTP{status}",
+                                    next_retry_delay=delay,
                                     category=ApplicationErrorCategory.BENIGN if status in (408, 429)
                                     else ApplicationErrorCategory.UNSPECIFIED)
-        return ApplicationError(f"model endpoint refused the request, HTTP {status}: {body}",
+        if status in AUTH_STATUS:
+            return ApplicationError(f"model endpoint refused the credentials ({code}): {body}",
+                                    type="ModelAuthError", non_retryable=True)
+        if status == 400 and any(w in body.lower() for w in CONTEXT_WORDS):
+            return ApplicationError(f"the prompt is over the model's context window ({code}): {body}",
+                                    type="ModelContextLength", non_retryable=True)
+        return ApplicationError(f"model endpoint refused the request, {code}: {body}",
                                 type=f"HTTP{status}", non_retryable=True)
     if isinstance(exc, openai.APITimeoutError):
         return ApplicationError("model request timed out", type="ModelTimeout")
     if isinstance(exc, openai.APIConnectionError):
-        return ApplicationError(f"cannot reach the model endpoint: {exc}", type="ModelConnectionError")
+        return ApplicationError(f"model endpoint unreachable: {one_line(_redact(_root_reason(exc), secret), BODY_CHARS)}",
+                                type="ModelConnectionError")
     if isinstance(exc, openai.APIResponseValidationError):
-        return ApplicationError(f"unparseable answer from the model endpoint: {exc}", type="ModelBadResponse")
-    return ApplicationError(f"{type(exc).__name__}: {exc}", type="ModelError")
+        return ApplicationError(f"unparseable answer from the model endpoint: {one_line(exc, BODY_CHARS)}",
+                                type="ModelBadResponse")
+    return ApplicationError(one_line(_redact(f"{type(exc).__name__}: {exc}", secret), BODY_CHARS), type="ModelError")
 
 
 def chat_completion(settings: ModelSettings, messages: list[dict], tools: list[dict] | None = None,
@@ -109,11 +147,11 @@ def chat_completion(settings: ModelSettings, messages: list[dict], tools: list[d
         kwargs["extra_headers"] = headers
     try:
         completion = client.chat.completions.create(**kwargs)
-    except openai.OpenAIError as exc:
-        raise map_error(exc) from exc
+    except openai.OpenAIError as exc:  # no chained cause: its stack trace would overflow the failure
+        raise map_error(exc, client.api_key) from None
     except (ValueError, KeyError, TypeError) as exc:  # a 200 whose body is not a completion
-        raise ApplicationError(f"unparseable answer from the model endpoint: {type(exc).__name__}: {exc}",
-                               type="ModelBadResponse") from exc
+        raise ApplicationError(f"unparseable answer from the model endpoint: {type(exc).__name__}: "
+                               f"{one_line(exc, BODY_CHARS)}", type="ModelBadResponse") from None
     data = completion.model_dump(mode="json", exclude_none=True)
     if not data.get("choices"):
         raise ApplicationError("the model endpoint answered without choices", type="ModelBadResponse")

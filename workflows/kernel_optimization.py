@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from kernels.tunables import TunablesError, with_config
     from workflows import names
     from workflows.models import (AgentTurnInput, AgentTurnResult, Attempt, BestKernel, BestReport,
-                                  EditInput, EvalInput, EvalResult, Extension, ListInput, NotebookEntry,
+                                  EditInput, EvalInput, EvalResult, Extension, Fault, ListInput, NotebookEntry,
                                   describe_invalid,
                                   NoteInput, PrepareInput, RunReport, RunSetup, RunSpec, RunState, RunStatus,
                                   ShowInput, SourceRef, ToolCallRecord, ToolResult, TunerTrial, WriteInput)
@@ -108,6 +108,7 @@ class KernelOptimization:
                                        target_speedup=spec.budgets.target_speedup, hints=list(spec.hints),
                                        pending_hints=list(spec.hints))
         self.step = "starting"
+        self.fault: Fault | None = None  # an activity failing now, retried by Temporal (FAULT_SIGNAL)
         self.turns_this_segment = 0
         self._search_attributes_at = -1
 
@@ -193,11 +194,14 @@ class KernelOptimization:
                                                 kernel=spec.kernel, source=spec.source,
                                                 eval=spec.eval, inline_source_cap=spec.inline_source_cap),
                 result_type=RunSetup, start_to_close_timeout=timedelta(seconds=spec.tool_timeout_s),
+                heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_s),
                 retry_policy=RetryPolicy(maximum_attempts=5), summary=f"prepare {spec.problem} from {spec.kernel}")
         except ActivityError as err:
+            self._fault_over(names.PREPARE_RUN)
             raise ApplicationError(f"cannot start the run: {err.cause or err}", type="BadRunSpec",
                                    non_retryable=True) from err
         st.setup = setup
+        await self._recovered(names.PREPARE_RUN)
         st.attempts.append(Attempt(n=0, origin="start", sha256=setup.start.sha256, lines=setup.start.lines,
                                    config=setup.config))
         st.current, st.current_source = 0, setup.start
@@ -346,6 +350,7 @@ class KernelOptimization:
             res: CompactResult = await workflow.execute_activity(
                 names.COMPACT, inp, result_type=CompactResult,
                 start_to_close_timeout=timedelta(seconds=spec.model.request_timeout_s + 60),
+                heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_s),
                 retry_policy=RetryPolicy(maximum_attempts=3),
                 summary=f"compact {len(st.recent)} messages and {len(st.window)} evaluations (turn {st.turns})")
             st.memory = res.memory
@@ -390,20 +395,28 @@ class KernelOptimization:
                 result_type=AgentTurnResult,
                 start_to_close_timeout=timedelta(seconds=spec.model.request_timeout_s + 30),
                 schedule_to_close_timeout=timedelta(seconds=left_s),
+                heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_s),
                 retry_policy=RetryPolicy(initial_interval=timedelta(seconds=spec.model.retry_initial_s),
                                          backoff_coefficient=2.0,
                                          maximum_interval=timedelta(seconds=spec.model.retry_max_s)),
                 summary=f"turn {turn}: ask {spec.model.model} (~{prompt_k:.0f}k-token prompt, "
                         f"{st.tool_calls} tool calls so far)")
         except ActivityError as err:
+            self._fault_over(names.AGENT_TURN)
             st.model_failures += 1
             why = _short(str(err.cause or err), 300)
-            if st.model_failures >= 2:
-                st.stop_reason = f"the model endpoint failed: {why}"
+            kind = err.cause.type if isinstance(err.cause, ApplicationError) else None
+            if kind in ("ModelAuthError", "ModelConfigError") and workflow.patched(names.PATCH_FAULT_REPORTS):
+                st.stop_reason = f"the model endpoint cannot be used: {why}"  # retrying cannot mend a key
+            elif st.model_failures >= 2:
+                st.stop_reason = (f"the prompt is over the model's context window even cut to the last turn: {why}; "
+                                  f"a smaller --context-budget would fit it" if kind == "ModelContextLength"
+                                  else f"the model endpoint failed: {why}")
             else:  # e.g. a context-length refusal: retry once with a shorter transcript
                 st.recent = tail_turns(st.recent, 1)
                 await self._notebook(f"turn {turn}: the model call failed ({why}); retrying with less context")
             return
+        await self._recovered(names.AGENT_TURN)
         st.model_failures = 0
         st.tokens.calls += 1
         st.tokens.prompt_tokens += result.prompt_tokens
@@ -498,13 +511,18 @@ class KernelOptimization:
             text, ok = error, False
         else:
             self.step = f"tool call {seq}: {name}"
+            self._details()
             try:
                 text, ok, attempt = await self._run_tool(name, args, seq, thought, origin, target)
+                await self._recovered(name)
             except ActivityError as err:
+                self._fault_over(name)
                 cause = err.cause or err
                 text = (f"infrastructure error: {name} failed after its retries ({_short(str(cause), 400)}). "
                         f"Nothing was learned about the kernel; you may try again.")
                 ok = False
+                if workflow.patched(names.PATCH_FAULT_REPORTS):
+                    await self._notebook(f"tool call {seq} ({name}) failed: {_short(str(cause), 300)}")
         st.calls_since_compaction += 1
         st.ledger.append(ToolCallRecord(seq=seq, tool=name, call_id=call_id, attempt=attempt, ok=ok,
                                         summary=_short(text.splitlines()[0] if text else "")))
@@ -522,6 +540,7 @@ class KernelOptimization:
                                                  maximum_attempts=ev.max_attempts),
                         summary=summary)
         return dict(start_to_close_timeout=timedelta(seconds=spec.tool_timeout_s),
+                    heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_s),
                     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
                                              maximum_interval=timedelta(seconds=30), maximum_attempts=5),
                     summary=summary)
@@ -656,10 +675,46 @@ class KernelOptimization:
         st = self.state
         st.notebook = (st.notebook + [line])[-NOTEBOOK_LINES:]
         self._details()
-        await workflow.execute_local_activity(
-            names.NOTEBOOK, NotebookEntry(workflow_id=workflow.info().workflow_id, line=line),
-            start_to_close_timeout=timedelta(seconds=10), retry_policy=RetryPolicy(maximum_attempts=3),
-            summary=_short(line, 200))
+        try:
+            await workflow.execute_local_activity(
+                names.NOTEBOOK, NotebookEntry(workflow_id=workflow.info().workflow_id, line=line),
+                start_to_close_timeout=timedelta(seconds=10), retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=_short(line, 200))
+        except ActivityError:  # e.g. a full disk: the line stays in the state (status, Web UI); the run goes on
+            pass
+
+    # ---------------------------------------------------------------------- faults
+    @workflow.signal(name=names.FAULT_SIGNAL)
+    async def activity_fault(self, raw: Any) -> None:
+        """An activity's attempt failed and Temporal retries it: show what fails and since when; the first
+        failure of a streak goes into the notebook."""
+        try:
+            fault = Fault.model_validate(raw)
+        except ValidationError:
+            return
+        cur = self.fault
+        same = cur is not None and cur.activity == fault.activity and cur.since == fault.since
+        if same and fault.attempt <= cur.attempt:
+            return
+        self.fault = fault
+        self._details()
+        if not same:
+            await self._notebook(f"{fault.activity} failing: {fault.message}; retrying")
+
+    def _fault_over(self, activity: str) -> Fault | None:
+        """The fault recorded for `activity`, now over (its call returned or failed for good)."""
+        f = self.fault
+        if f is None or f.activity != activity:
+            return None
+        self.fault = None
+        return f
+
+    async def _recovered(self, activity: str) -> None:
+        f = self._fault_over(activity)
+        if f is not None:
+            took = (workflow.now() - f.since).total_seconds()
+            await self._notebook(f"{activity} recovered after {took:.0f} s and {f.attempt} failed "
+                                 f"attempt{'s' if f.attempt != 1 else ''} (last: {_short(f.message, 200)})")
 
     def _best_line(self) -> str:
         b = self.state.best
@@ -671,6 +726,8 @@ class KernelOptimization:
         st = self.state
         head = (f"**{self.spec.problem}** ({st.policy}): {self.step}. {st.tool_calls}/{st.budget_tool_calls} tool calls, "
                 f"{self._hours_used():.2f}/{st.budget_hours:g} h, {self._best_line()}.")
+        if self.fault is not None:
+            head += f"\n\n**Failing:** {self.fault.line(workflow.now())}"
         workflow.set_current_details(head + "\n\n" + "\n".join(f"- {x}" for x in st.notebook[-15:]))
 
     def _upsert_search_attributes(self, force: bool = False) -> None:
@@ -710,7 +767,7 @@ class KernelOptimization:
                          best_speedup=st.best.speedup if st.best else None,
                          best_attempt=st.best.attempt if st.best else None, attempts=len(st.attempts),
                          continue_as_new=st.segment, compactions=st.compactions, tokens=st.tokens,
-                         notebook=st.notebook[-NOTEBOOK_LINES:], stop_reason=st.stop_reason)
+                         notebook=st.notebook[-NOTEBOOK_LINES:], stop_reason=st.stop_reason, fault=self.fault)
 
     # ---------------------------------------------------------------- queries and updates
     @workflow.query

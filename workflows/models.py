@@ -111,6 +111,8 @@ class RunSpec(_Input):
     # plumbing
     gpu_task_queue: str = "marathon-gpu"
     tool_timeout_s: float = Field(default=120.0, gt=0)
+    # control activities (the model, the tools) heartbeat: one lost with its worker is retried after this
+    heartbeat_timeout_s: float = Field(default=5.0, gt=0)
     search_attributes: bool = True  # upsert MarathonProblem/Policy/BestSpeedup/ToolCalls
     # set by the workflow when it continues as new: the run's state so far. Leave it out.
     carry: RunState | None = None
@@ -272,6 +274,19 @@ class Extension(_Input):
     target_speedup: float | None = Field(default=None, gt=0)
 
 
+class Fault(BaseModel):
+    """An activity attempt that failed and will be retried: what failed, since when (the activity's
+    first scheduling), how often so far. Activities send it (FAULT_SIGNAL); the workflow shows it."""
+    activity: str
+    attempt: int
+    message: str
+    since: datetime
+
+    def line(self, now: datetime) -> str:
+        return (f"{self.message.rstrip('.')} for {max(0.0, (now - self.since).total_seconds()):.0f} s "
+                f"({self.activity}, {self.attempt} failed attempt{'s' if self.attempt != 1 else ''}); retrying")
+
+
 class RunStatus(BaseModel):
     problem: str
     policy: str
@@ -290,6 +305,7 @@ class RunStatus(BaseModel):
     tokens: TokenUsage
     notebook: list[str]
     stop_reason: str | None = None
+    fault: Fault | None = None  # an activity failing right now, retried
 
 
 class BestReport(BaseModel):

@@ -25,6 +25,10 @@ EVAL_TOOLS = (COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL)
 
 # workflow.patched() ids: histories recorded before a change replay without it
 PATCH_SWEEP_BEST = "sweep-check-of-the-best"
+PATCH_FAULT_REPORTS = "fault-reports"  # a failed tool call in the notebook; a refused API key ends the run
+
+# the signal an activity sends its workflow when an attempt failed and Temporal will retry it
+FAULT_SIGNAL = "activity_fault"
 
 # custom search attributes: `marathon dev` registers them; the Web UI filters runs by them, e.g.
 #   MarathonProblem = "kda" AND MarathonBestSpeedup > 1.2
