@@ -3,7 +3,9 @@ from a script. The script is a function (turn, delivery, request) -> Reply, wher
 X-Marathon-Turn header the agent_turn activity sends (so a retried turn gets the same answer; -1 for
 requests without it, such as compaction summaries) and
 `delivery` counts how often that turn was asked (1 on the first request), so faults can be injected
-on the first delivery only: a 429 with retry-after, a 500, a malformed answer."""
+on the first delivery only: a 429 with retry-after, a 500, a malformed answer. `down()` and `up()`
+close and reopen the listening port (an endpoint that refuses connections); a Reply's `after` runs
+once it is sent, on a connection then closed (e.g. to take the endpoint down right after a turn)."""
 from __future__ import annotations
 
 import json
@@ -20,6 +22,7 @@ class Reply:
     body: Any = None  # a dict (JSON) or bytes (sent verbatim)
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    after: Callable[[], None] | None = None
 
 
 def completion(content: str = "", tool_calls: list[tuple[str, Any]] | None = None, *, turn: int = 0,
@@ -100,16 +103,37 @@ class FakeOpenAI:
                 self.send_header("content-length", str(len(body)))
                 for k, v in reply.headers.items():
                     self.send_header(k, v)
+                if reply.after is not None:  # the client must not keep this connection for its next request
+                    self.send_header("connection", "close")
+                    self.close_connection = True
                 self.end_headers()
                 self.wfile.write(body)
+                self.wfile.flush()
+                if reply.after is not None:
+                    reply.after()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.handler = Handler
+        self.port = 0
+        self._bind()
+
+    def _bind(self) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), self.handler)
         self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def down(self) -> None:
+        """Stop listening: new connections are refused until up()."""
+        self.server.shutdown()
+        self.server.server_close()
+
+    def up(self) -> None:
+        self._bind()
+        self.thread.start()
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        return f"http://127.0.0.1:{self.port}/v1"
 
     def __enter__(self) -> "FakeOpenAI":
         self.thread.start()

@@ -3,6 +3,9 @@ a uuid task queue per test, and reading back the histories of every run segment.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,6 +33,33 @@ def mla_wrong() -> str:
     out = STARTER_MLA.replace("out = acc / l_run", "out = 2.0 * acc / l_run")
     assert out != STARTER_MLA
     return out
+
+
+def spawn_worker(address: str, tq: str, gq: str, artifacts: Path, *, queue: str | None = None,
+                 env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
+    """worker.py as a process of its own (so a test can SIGKILL it): both queues, or only `queue`
+    (names.TASK_QUEUE: the workflow, the model and the tools; names.GPU_TASK_QUEUE: evaluations)."""
+    cmd = [sys.executable, str(ROOT / "worker.py"), "--address", address, "--task-queue", tq, "--gpu-task-queue", gq,
+           "--gpus", "none", "--artifacts", str(artifacts)]
+    if queue:
+        cmd += ["--queues", queue]
+    out = open(log, "ab") if log else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})})
+    finally:
+        if log:
+            out.close()
+
+
+def stop_process(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def queues() -> tuple[str, str]:

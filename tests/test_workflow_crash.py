@@ -7,14 +7,13 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 
 from fake_openai import FakeOpenAI, completion
-from marathon_support import ROOT, mla_variant, queues, start
+from marathon_support import mla_variant, queues, spawn_worker, start, stop_process
 from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec, ToolCallRecord
 import worker as worker_module
 
@@ -27,12 +26,6 @@ SCRIPT = {1: [("write_kernel", {"source": mla_variant(BLOCK_S=32)})], 2: [("test
 
 def script(turn, delivery, request):
     return completion(f"turn {turn}", SCRIPT.get(turn, []), turn=turn)
-
-
-def spawn_worker(address: str, tq: str, gq: str, artifacts) -> subprocess.Popen:
-    cmd = [sys.executable, str(ROOT / "worker.py"), "--address", address, "--task-queue", tq, "--gpu-task-queue", gq,
-           "--gpus", "none", "--artifacts", str(artifacts)]
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def test_sigkill_worker_mid_evaluation(temporal_server, tmp_path):
@@ -74,12 +67,7 @@ async def _crash(address, tmp_path):
             history = await handle.fetch_history()
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_process(p)
 
     assert report.tool_calls == 4 and report.stop_reason.startswith("tool-call budget spent")
     # no completed tool call lost or repeated: each ran once, in order, and each activity completed once
