@@ -66,10 +66,11 @@ class ArtifactStore:
         """Store `text`; idempotent (a retried activity writes the same file again, harmlessly)."""
         key = sha256_text(text)
         path = self.path(key)
-        if path.exists() and self._intact(path, key):
+        damaged = path.exists()
+        if damaged and self._intact(path, key):
             return key
         data = text.encode()
-        self._check_quota(len(data))
+        self._check_quota(len(data) - (path.stat().st_size if damaged else 0))  # a repair replaces its bytes
         tmp = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -94,7 +94,10 @@ class FakeOpenAI:
                     reply = Reply(status=599, body={"error": {"message": f"script failed: {exc!r}"}})
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
-                self._send(reply)
+                try:
+                    self._send(reply)
+                except (BrokenPipeError, ConnectionResetError):  # the asker died waiting (a killed worker)
+                    self.close_connection = True
 
             def _send(self, reply: Reply) -> None:
                 body = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
