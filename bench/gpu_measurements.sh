@@ -48,10 +48,15 @@
 #   ncu-source     metrics per SASS instruction of the KDA preparation and MLA stage 1 (bench/ncu_probe.py
 #                  --source; summarize with bench/ncu_sass_summary.py)
 #   ncu-source-mla the MLA half of ncu-source alone
+#   examples       the README's three file problems in bf16 against eager and torch.compile, as records
+#                  (bench/kernelbench_examples.sh)
+#   confinement    bench/gpu_confinement.py: fences up, a foreign process on the GPU, a snooping candidate
+#   tuner-mla-state the tuner over the MLA starter's whole space through `marathon dev`, its state
+#                  directory packed as OUT_DIR/state-mla.tgz, from which `marathon report` is made anywhere
 case ${1:-} in -h|--help|"") sed -n '2,/^case /p' "$0" | sed '$d' | cut -c3-; exit 0 ;; esac
 out=${1:?output dir}; shift
 for step in "$@"; do  # refuse a misspelt name before any GPU time is spent
-  case " integrity lowp mla tuner-kda tuner-mla-all tuner-kda-all kda-shapes kda-sweep kda-scan-nt1 kda-partial mla-sweep kda-long tuner-kda-start tuner-kda-resume kda-scan-speed mla-tune mla-breakdown mla-streams ncu-source-mla kda-pick-shapes kda-forms ncu-fences ncu-source peaks ncu " in *" $step "*) ;; *) echo "unknown measurement: $step (--help lists them)" >&2; exit 2 ;; esac
+  case " integrity lowp mla tuner-kda tuner-mla-all tuner-kda-all kda-shapes kda-sweep kda-scan-nt1 kda-partial mla-sweep kda-long tuner-kda-start tuner-kda-resume kda-scan-speed mla-tune mla-breakdown mla-streams ncu-source-mla examples confinement tuner-mla-state kda-pick-shapes kda-forms ncu-fences ncu-source peaks ncu " in *" $step "*) ;; *) echo "unknown measurement: $step (--help lists them)" >&2; exit 2 ;; esac
 done
 if [ -n "${MARATHON_GPU_SETUP:-}" ]; then eval "$MARATHON_GPU_SETUP" || exit 1; fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -123,6 +128,23 @@ for step in "$@"; do
         > "$out/tuner_kda_resumable.json"; echo "follow exit $?"
       kill -INT $dev; wait $dev
       tar czf "$out/artifacts.tgz" -C "$state" artifacts ;;
+    examples)
+      timeout 300 bash bench/kernelbench_examples.sh "$out" bfloat16 ;;
+    confinement)
+      timeout 200 python3 bench/gpu_confinement.py --out "$out/gpu_confinement.figures.json"; echo "exit $?"
+      python3 bench/record_verdict.py "$out/gpu_confinement.figures.json" --figures \
+        --measurement "evaluator confinement on a GPU: fences, a foreign process on the GPU, a snooping candidate" \
+        --command "python3 bench/gpu_confinement.py" --out "$out/gpu_confinement.json" ;;
+    tuner-mla-state)
+      state=/tmp/marathon-state-mla
+      python3 marathon.py dev --state-dir "$state" --gpus auto > "$out/dev_mla.log" 2>&1 & dev=$!
+      for _ in $(seq 120); do grep -q serving "$out/dev_mla.log" && break; sleep 1; done
+      python3 marathon.py run --address localhost:7233 --problem mla_decode --kernel starter --policy tuner \
+        --device cuda --hours 0.1 --workflow-id mla-tuner-gpu --detach
+      timeout 400 python3 marathon.py follow --address localhost:7233 --workflow-id mla-tuner-gpu --json \
+        > "$out/tuner_mla_state.json"; echo "follow exit $?"
+      kill -INT $dev; wait $dev
+      tar czf "$out/state-mla.tgz" -C "$state/.." "$(basename "$state")"; ls -la "$out/state-mla.tgz" ;;
     kda-scan-speed)
       timeout 45 python3 bench/kda_scan_forms.py speed --out "$out/kda_scan_speed.json" ;;
     mla-tune)  # stage-1 variants (both FORMs) x split counts per regime, then merge/PDL; the pick's diagnosis
