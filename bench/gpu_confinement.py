@@ -8,7 +8,7 @@
    gpu_shared names it and says the timing went ahead beside it.
 3. A hostile candidate past the static policy snoops /proc and the files for a key held by this
    (non-dumpable) process: the key is in no verdict.
-Not yet run on a GPU."""
+Its record: bench/results/h200/gpu_confinement.json."""
 from __future__ import annotations
 
 import argparse
