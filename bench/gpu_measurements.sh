@@ -32,7 +32,7 @@
 #   kda-sweep      KDA tuned on the whole sweep shape set (correctness on the GPU at T not a multiple of
 #                  the chunk and K=V=64, timings, no baselines)
 #   kda-scan-nt1   bench/kda_scan_nt1.py: the scan alone on one chunk, NT specialized and not (the
-#                  one-chunk miscompile of kernels/kda/NOTES.md in its smallest known form)
+#                  one-chunk miscompile of kernels/problems/kda/NOTES.md in its smallest known form)
 #   kda-partial    bench/kda_partial_chunks.py: the tuned kernel's error per 16-row block at one-chunk and
 #                  odd lengths, by CONFIG change (~2 min)
 #   mla-tune       bench/mla_decode.py tune: MLA stage 1 in both FORMs (heads or cache rows as the products'
@@ -167,7 +167,7 @@ for step in "$@"; do
     ncu-source-mla)  # per-SASS-instruction warp stall samples of MLA stage 1 alone
       timeout 120 python3 bench/ncu_probe.py --out "$out" --source _mla_split_kernel --problem mla_decode ;;
     kda-pick-shapes)  # kda-forms' pick at the three headline shapes, unless it is what is shipped
-      best=$(python3 -c "import json; from kernels.kda.tuned import CONFIG
+      best=$(python3 -c "import json; from kernels.problems.kda.tuned import CONFIG
 b = json.load(open('$out/kda_tune.json'))['best']; print('' if b == CONFIG else json.dumps(b))")
       if [ -z "$best" ]; then echo "the pick is the shipped CONFIG: nothing to judge"
       else mkdir -p "$out/pick"; timeout 320 python3 bench/kda.py eval --kernel tuned --config "$best" --shapes 3 \
@@ -182,7 +182,7 @@ b = json.load(open('$out/kda_tune.json'))['best']; print('' if b == CONFIG else 
     peaks)  # the GPU's own bf16 GEMM rate, MLA's B=32 products done by cuBLAS alone, a device copy
       timeout 120 python3 bench/device_peaks.py --out "$out/device_peaks.json" ;;
     ncu)
-      # KDA first: its preparation is the kernel whose bound matters most (kernels/kda/NOTES.md)
+      # KDA first: its preparation is the kernel whose bound matters most (kernels/problems/kda/NOTES.md)
       timeout 300 python3 bench/ncu_probe.py --out "$out" --problem kda --problem mla_decode ;;
   esac
 done

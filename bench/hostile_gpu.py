@@ -31,9 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.evaluator import EvalRequest  # noqa: E402
-from kernels.problem import get_problem, resolve_kernel  # noqa: E402
-from kernels.verdict import Verdict  # noqa: E402
+from kernels.evaluator.evaluate import EvalRequest  # noqa: E402
+from kernels.problems.spec import get_problem, resolve_kernel  # noqa: E402
+from kernels.evaluator.verdict import Verdict  # noqa: E402
 
 HOSTILE = ROOT / "tests" / "hostile"
 BYPASS = {"MARATHON_UNSAFE_SKIP_POLICY": "1"}
@@ -103,7 +103,7 @@ def run_judge(it: dict, fence_env: dict) -> dict:
         env = {**os.environ, **fence_env, **it["env"]}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         try:
-            proc = subprocess.run([sys.executable, "-m", "kernels.judge", str(req_path), str(out_path)],
+            proc = subprocess.run([sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)],
                                   capture_output=True, text=True, timeout=it["timeout"] + 240, cwd=tmp, env=env)
         except subprocess.TimeoutExpired:
             return {"name": it["name"], "expect": it["expect"], "status": "judge-timeout", "pass": False,

@@ -12,16 +12,16 @@
 checked against the fp32 reference and timed as a CUDA graph replayed after a 256 MB L2 flush (median
 of 30): the GPU time alone. Eager timings at B=1 mostly measure the host (Python launch overhead
 against the flush's duration), so they rank nothing; the tune prints them for the finalists only.
-The launcher has two regimes (kernels/mla_decode/tuned.py): the SMALL_* stage-1 keys are tuned on the
+The launcher has two regimes (kernels/problems/mla_decode/tuned.py): the SMALL_* stage-1 keys are tuned on the
 bench shape (B=1, H=64, S=8192), the plain keys on B=32, H=128, S=8192; then the merge kernel's shape
 and the programmatic dependent launch are tuned on both. Stage-1 variants are compiled first in
 parallel worker processes, which fill Triton's on-disk cache for the timing loop. A diagnosis of the
 pick follows: stage 1 alone against the whole call, host time per call, two empty Triton launches,
 and a device copy of the cache (a bandwidth yardstick), all timed the same way.
 
-`eval` goes through kernels.evaluator.evaluate, exactly like `marathon eval` (sandbox, 3 fresh seeds,
+`eval` goes through kernels.evaluator.evaluate.evaluate, exactly like `marathon eval` (sandbox, 3 fresh seeds,
 L2 flush, baselines in the same run, CUDA-graph figure); the tuned source is the shipped file with
-its CONFIG literal replaced (kernels.tunables.with_config) when a config is given.
+its CONFIG literal replaced (kernels.problems.tunables.with_config) when a config is given.
 
 Shape sets: `bench` (B=1,H=64,S=8192), `extra` (B=32,H=128,S=8192), `headline` (both, in one
 evaluation) and `sweep` (the problem's sweep); `tiny` for a dry run on the CPU (--device cpu).
@@ -46,19 +46,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.evaluator import EvalRequest, evaluate, request_for  # noqa: E402
-from kernels.judge import compare  # noqa: E402
-from kernels.hostinfo import host_facts  # noqa: E402
-from kernels.problem import get_problem  # noqa: E402
-from kernels.tunables import read_tunables, with_config  # noqa: E402
+from kernels.evaluator.evaluate import EvalRequest, evaluate, request_for  # noqa: E402
+from kernels.evaluator.judge import compare  # noqa: E402
+from kernels.evaluator.hostinfo import host_facts  # noqa: E402
+from kernels.problems.spec import get_problem  # noqa: E402
+from kernels.problems.tunables import read_tunables, with_config  # noqa: E402
 
 PROBLEM = "mla_decode"
-PEAK_HBM = 4.3e12  # bytes/s: a device-to-device copy on this workplace's H200s (kernels/roofline.py)
+PEAK_HBM = 4.3e12  # bytes/s: a device-to-device copy on this workplace's H200s (kernels/evaluator/roofline.py)
 BENCH = {"B": 1, "H": 64, "S": 8192}
 EXTRA = {"B": 32, "H": 128, "S": 8192}
 SETS = {"bench": [BENCH], "extra": [EXTRA], "headline": [BENCH, EXTRA],
         "tiny": [{"B": 1, "H": 4, "S": 100}, {"B": 2, "H": 3, "S": 37}]}  # tiny: a dry run on the CPU
-TUNED_PATH = ROOT / "kernels" / "mla_decode" / "tuned.py"
+TUNED_PATH = ROOT / "kernels" / "problems" / "mla_decode" / "tuned.py"
 
 # Stage-1 variants worth timing: (BLOCK_H, BLOCK_N, num_warps, num_stages). Pruned ahead of time by
 # compiling every combination for sm_90 on a CPU host (triton.compile + cuobjdump): BLOCK_H=64 with 4
@@ -69,7 +69,7 @@ STAGE1 = [
     (32, 16, 8, 2), (32, 32, 8, 2), (32, 32, 8, 3), (32, 64, 8, 2), (32, 32, 4, 2),
     (16, 16, 4, 2), (16, 32, 4, 2), (16, 32, 4, 3), (16, 32, 8, 2), (16, 64, 8, 2),
     # two 8-row MMA slices per warp instead of one: twice the independent chains, half the tiles
-    # (the B=1 stage 1 looks latency-bound; kernels/mla_decode/NOTES.md)
+    # (the B=1 stage 1 looks latency-bound; kernels/problems/mla_decode/NOTES.md)
     (16, 64, 4, 2),
     # FORM "tokens" (cache rows as the products' M, so wgmma at any head block). Compiled for sm_90 on
     # a CPU host first (bench/sm90_resources.py): 64-row tiles take 168-229 KB of shared memory at 2
@@ -98,7 +98,7 @@ def stage1_config(base: dict, pre: str, variant: tuple, waves: float) -> dict:
 
 def _inputs(shape: dict, seed: int = 0, device: str = "cuda"):
     import torch
-    from kernels.mla_decode.reference import make_inputs
+    from kernels.problems.mla_decode.reference import make_inputs
     return make_inputs(shape, seed, device, torch.bfloat16 if device == "cuda" else torch.float16)
 
 
@@ -107,18 +107,18 @@ class Timer:
     (events around the Python call: the host's launch cost shows when it outlasts the flush)."""
 
     def __init__(self, device: str, reps: int = 30, flush: str = "read") -> None:
-        from kernels.timing import L2Flush
+        from kernels.evaluator.timing import L2Flush
         self.device, self.reps = device, reps
         self.flush = L2Flush(device, flush) if device == "cuda" else None
 
     def _events(self, launch) -> float:
-        from kernels.timing import median_event_us
+        from kernels.evaluator.timing import median_event_us
         return median_event_us(launch, self.flush, self.reps)
 
     def graph_us(self, fn) -> float:
         if self.device != "cuda":
             return self.host_us(fn)
-        from kernels.timing import captured
+        from kernels.evaluator.timing import captured
         return self._events(captured(fn).replay)
 
     def eager_us(self, fn) -> float:
@@ -146,7 +146,7 @@ class Timer:
 
 def _load_tuned():
     import importlib
-    return importlib.import_module("kernels.mla_decode.tuned")
+    return importlib.import_module("kernels.problems.mla_decode.tuned")
 
 
 def _warm(job: tuple[list[dict], dict, str]) -> str | None:
@@ -180,7 +180,7 @@ def tune(out_dir: Path, workers: int = 8, deadline: float | None = None, device:
     import multiprocessing as mp
 
     import torch
-    from kernels.mla_decode.reference import reference
+    from kernels.problems.mla_decode.reference import reference
 
     regimes = REGIMES if device == "cuda" else (("SMALL_", SETS["tiny"][0]), ("", SETS["tiny"][1]))
     base = base_config()
@@ -331,11 +331,11 @@ def diagnose(mod, cfg: dict, data: dict, shapes: list[dict], timer: Timer) -> di
 
 def study(out_dir: Path, device: str = "cuda") -> dict:
     """What the L2 flush itself costs a timed call: the same yardsticks and kernels timed after a
-    read flush (clean L2, what kernels/timing.py does) and after a write flush (dirty L2, what it did
+    read flush (clean L2, what kernels/evaluator/timing.py does) and after a write flush (dirty L2, what it did
     before 2026-12-02 and what triton.testing.do_bench does). CUDA graphs, median of 30."""
     import torch
     import triton
-    from kernels.mla_decode import baselines
+    from kernels.problems.mla_decode import baselines
 
     @triton.jit
     def _empty(x_ptr):
@@ -477,7 +477,7 @@ BREAKDOWN_PARTS = ("streams", "configs", "scaling")
 def breakdown(out_dir: Path, device: str = "cuda", parts: tuple = BREAKDOWN_PARTS) -> dict:
     """Where the B=1 time goes, per configuration (_split_times), CUDA graphs after an L2 flush, the
     split count and workspace size beside them; then the shipped stage 1 as S grows (SCALING)."""
-    from kernels.mla_decode.reference import reference
+    from kernels.problems.mla_decode.reference import reference
 
     mod = _load_tuned()
     timer = Timer(device)
@@ -589,7 +589,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=("tune", "eval", "all", "study", "breakdown"))
     ap.add_argument("--flush", default="read", choices=("read", "write"),
-                    help="tune: the L2 flush before each timed replay (kernels/timing.py L2Flush)")
+                    help="tune: the L2 flush before each timed replay (kernels/evaluator/timing.py L2Flush)")
     ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench"))
     ap.add_argument("--kernel", action="append", default=None, help="eval: starter and/or tuned (default both)")
     ap.add_argument("--set", action="append", default=None,

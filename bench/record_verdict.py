@@ -1,4 +1,4 @@
-"""Wrap a verdict as `marathon eval --json` printed it into a result record (kernels/result_record.py).
+"""Wrap a verdict as `marathon eval --json` printed it into a result record (kernels/evaluator/result_record.py).
 
 Run on the host that produced the verdict, right after it, so the host facts are that machine's:
   python3 marathon.py eval ... --json > v.json
@@ -14,9 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kernels.hostinfo import host_facts
-from kernels.result_record import Host, ResultRecord
-from kernels.verdict import Verdict
+from kernels.evaluator.hostinfo import host_facts
+from kernels.evaluator.result_record import Host, ResultRecord
+from kernels.evaluator.verdict import Verdict
 
 BASELINE_LIBRARIES = ("flash-linear-attention", "fla-core")
 

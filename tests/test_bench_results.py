@@ -1,11 +1,11 @@
-"""Every committed result under bench/results is one ResultRecord (kernels/result_record.py)."""
+"""Every committed result under bench/results is one ResultRecord (kernels/evaluator/result_record.py)."""
 import json
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from kernels.result_record import ResultRecord
+from kernels.evaluator.result_record import ResultRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"

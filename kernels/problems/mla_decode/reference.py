@@ -1,7 +1,7 @@
 """The definition of MLA decode, in fp32, and the seeded input generator."""
 import torch
 
-from kernels.mla_decode.problem import D_LATENT, D_QK, SCALE
+from kernels.problems.mla_decode.problem import D_LATENT, D_QK, SCALE
 
 
 def make_inputs(shape: dict[str, int], seed: int, device: str, dtype: torch.dtype) -> dict:

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Callable
 
-from kernels.verdict import KnownBaseline, Verdict, device_label
+from kernels.evaluator.verdict import KnownBaseline, Verdict, device_label
 
 DEFAULT_TTL_S = 1800.0
 

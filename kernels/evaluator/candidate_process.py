@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction, KernelInterface
 
-from kernels import confinement, isolation, policy, timing
+from kernels.evaluator import confinement, isolation, policy, timing
 
 CANDIDATE_MODULE = "candidate"
 # aten ops that only allocate, move, view or cast data: everything else is computation, which must
@@ -237,7 +237,10 @@ def _warm_up(device: str) -> None:
         torch.cuda.synchronize()
 
 
-class Session:
+class CandidateServer:
+    """Serves the judge's commands (call, time, save_timed, forget) with the loaded candidate, one JSON
+    line per command on stdin, facts back on the reply channel."""
+
     def __init__(self, fn, device: str, reply, module=None, base_threads: set[str] | None = None) -> None:
         self.fn = fn
         self.base_threads = base_threads or set()  # Python threads alive before the candidate was imported
@@ -248,7 +251,7 @@ class Session:
         self.keep: list[torch.Tensor] = []  # recent outputs stay alive so their memory is not reused
         self.timed: dict[int, torch.Tensor] = {}  # outputs of the last timing run, until saved
         self.state_base: dict[str, str] | None = None  # module state after a shape's first call
-        # a file problem's run-time half (kernels/kernelbench_runtime.py), whose inputs the timed calls use
+        # a file problem's run-time half (kernels/problems/kernelbench_runtime.py), whose inputs the timed calls use
         self.reference = getattr(fn, "reference", None)
 
     def _prepare(self, shape: dict | None, dtype: str | None) -> None:
@@ -345,7 +348,7 @@ class Session:
         """Timed calls on fresh inputs: `slots` sets of buffers at addresses no check call saw, each
         refilled with new values (a fresh seed) before every call, outside the clock. Every output
         is kept, so that the judge can re-check the ones it picks afterwards."""
-        reference = self.reference or importlib.import_module(f"kernels.{cmd['problem']}.reference")
+        reference = self.reference or importlib.import_module(f"kernels.problems.{cmd['problem']}.reference")
         self._prepare(cmd["shape"], cmd["dtype"])
         shape, dtype = cmd["shape"], getattr(torch, cmd["dtype"])
         seed0, n_slots = int(cmd["seed_base"]), max(int(cmd.get("slots", 2)), 1)
@@ -477,7 +480,7 @@ def _output_problem(out, inputs, shape, dtype, device) -> str | None:
 
 def _file_problem_entry(cls, args):
     """The candidate's ModelNew, wrapped to be built per shape with Model's parameters."""
-    from kernels.kernelbench_runtime import CandidateModel, FileReference
+    from kernels.problems.kernelbench_runtime import CandidateModel, FileReference
     if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
         raise TypeError(f"{args.entry} must be a torch.nn.Module subclass")
     with open(args.problem_file) as f:
@@ -568,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     reply({"kind": "ready", "import_s": time.perf_counter() - t0, "new_modules": new_modules,
            "banned_modules": [m for m in new_modules if policy.module_violation(m)], "fences": fences,
            "threads": len(threading.enumerate())})
-    Session(fn, args.device, reply, module, base_threads).serve(sys.stdin)
+    CandidateServer(fn, args.device, reply, module, base_threads).serve(sys.stdin)
     return 0
 
 

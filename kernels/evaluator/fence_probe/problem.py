@@ -1,4 +1,4 @@
-"""The evaluator's own trivial problem, for the fence self-test (kernels/judge.py fence_self_test):
+"""The evaluator's own trivial problem, for the fence self-test (kernels/evaluator/judge.py fence_self_test):
 y = 2x + 1, in the KernelBench format, so the self-test depends on no problem of the product's."""
 import torch
 from torch import nn

@@ -1,7 +1,7 @@
 """The one schema of a committed measurement (bench/results/<hardware>/*.json).
 
 A record is what a maintainer needs to trust and repeat a figure: the verdict exactly as
-`marathon eval --json` prints it (kernels/verdict.py), or, for a measurement that is not one
+`marathon eval --json` prints it (kernels/evaluator/verdict.py), or, for a measurement that is not one
 evaluation (a timing study, a tuner run's report, device peaks), its figures; plus the host it ran
 on, the command, the date and the commit. A field nobody recorded is null, never a guess.
 `raw` names the file the figures were first written to and the commit that added it, so the
@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from kernels.verdict import Verdict
+from kernels.evaluator.verdict import Verdict
 
 
 class Host(BaseModel):

@@ -1,8 +1,8 @@
 """The judge process: generates inputs, computes the reference, runs and times the baselines, and
 decides the verdict from what the sandbox reports on its structured channel and from the outputs it
-writes. Trusted code only; the candidate runs in the sandbox (kernels.sandbox), never here.
+writes. Trusted code only; the candidate runs in the sandbox (kernels.evaluator.candidate_process), never here.
 
-    python -m kernels.judge REQUEST.json VERDICT.json"""
+    python -m kernels.evaluator.judge REQUEST.json VERDICT.json"""
 from __future__ import annotations
 
 import ast
@@ -26,14 +26,14 @@ from pathlib import Path
 import torch
 import triton
 
-from kernels import confinement, gpu_quiet, isolation, timing
-from kernels.hostinfo import nvidia_driver
-from kernels.evaluator import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, EvaluatorError, env_digest, source_sha256
-from kernels.confinement import SECRET_WORDS
-from kernels.policy import check_source, module_violation
-from kernels.problem import ProblemSpec, get_problem
-from kernels.roofline import DeviceProfile, profile_for_gpu
-from kernels.verdict import Gpu, KnownBaseline, ShapeResult, Timing, Verdict, device_label
+from kernels.evaluator import confinement, gpu_quiet, isolation, timing
+from kernels.evaluator.hostinfo import nvidia_driver
+from kernels.evaluator.evaluate import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, EvaluatorError, env_digest, source_sha256
+from kernels.evaluator.confinement import SECRET_WORDS
+from kernels.evaluator.policy import check_source, module_violation
+from kernels.problems.spec import ProblemSpec, get_problem
+from kernels.evaluator.roofline import DeviceProfile, profile_for_gpu
+from kernels.evaluator.verdict import Gpu, KnownBaseline, ShapeResult, Timing, Verdict, device_label
 
 SUSPECT_SPEEDUP = 10.0  # over the strongest baseline: flagged, not rejected
 FLOOR_MARGIN = 0.9  # a median under 90% of the roofline floor is physically implausible
@@ -140,7 +140,7 @@ FENCE_SWITCHES = {"seccomp": "MARATHON_SANDBOX_SECCOMP", "landlock": "MARATHON_S
 
 def fence_self_test(device: str) -> str:
     """Once per machine (and torch/Triton versions), on CUDA: the evaluator's own trivial kernel
-    (kernels/fence_probe/) must pass inside the fences. If it does not, the fences are switched off
+    (kernels/evaluator/fence_probe/) must pass inside the fences. If it does not, the fences are switched off
     one at a time until it does, and the choice is kept for later evaluations on this machine, so a
     fence that breaks honest GPU work here (a driver that writes somewhere unexpected, a compiler that
     forks) costs one probe, not every evaluation. The marker lives outside every path a candidate may write. Returns a note for the
@@ -180,7 +180,7 @@ def _probe_fences(device: str) -> dict:
             env = {**os.environ, "MARATHON_SANDBOX_SELF_TEST": "0", **{FENCE_SWITCHES[n]: "0" for n in off}}
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
             try:
-                subprocess.run([sys.executable, "-m", "kernels.judge", str(req_path), str(out_path)], env=env,
+                subprocess.run([sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)], env=env,
                                cwd=tmp, timeout=400, capture_output=True)
                 verdict = json.loads(out_path.read_text()) if out_path.exists() else {}
             except (subprocess.TimeoutExpired, OSError, ValueError):
@@ -196,7 +196,7 @@ def _probe_fences(device: str) -> dict:
                               + "; ".join(failures)[:300] + ")"}
 
 
-class Sandbox:
+class CandidateProcess:
     """The candidate's process, its command pipe, its reply channel and its wall-clock budget. While
     the judge waits for a reply it watches the process tree: too many processes, too much memory or
     too much disk end the run with a typed verdict."""
@@ -219,7 +219,7 @@ class Sandbox:
         writable = [str(self.workdir), triton_cache_dir(), "/dev", "/dev/shm"]
         switches = {name: int(_env_flag(var)) for name, var in FENCE_SWITCHES.items()}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kernels.sandbox", "--candidate", str(candidate), "--entry", entry,
+            [sys.executable, "-m", "kernels.evaluator.candidate_process", "--candidate", str(candidate), "--entry", entry,
              "--device", device, "--reply-fd", str(write_fd), "--seccomp", str(switches["seccomp"]),
              "--landlock", str(switches["landlock"]), "--netns", str(switches["netns"]),
              "--drop-capabilities", str(switches["capabilities"]),
@@ -489,17 +489,17 @@ class Judge:
             with self._phase("fence_self_test"):
                 self_test = fence_self_test(self.device)
             with tempfile.TemporaryDirectory(prefix=confinement.scratch_prefix("marathon-eval")) as tmp:
-                sandbox = Sandbox(self.req.source, self.spec.entry_point, self.device, Path(tmp), self.req.timeout_s,
+                candidate = CandidateProcess(self.req.source, self.spec.entry_point, self.device, Path(tmp), self.req.timeout_s,
                                   fsize=self._file_limit(shapes + probes), memory_cap=self._memory_cap(),
                                   problem=self._problem_args(Path(tmp)))
-                self.verdict.sandbox = dict(sandbox.fences)
+                self.verdict.sandbox = dict(candidate.fences)
                 if self_test:
                     self.verdict.sandbox["self_test"] = self_test
                 try:
-                    self._judge(sandbox, Path(tmp), shapes, probes)
+                    self._judge(candidate, Path(tmp), shapes, probes)
                 finally:
-                    self.verdict.log_tail = sandbox.log_tail()
-                    sandbox.close()
+                    self.verdict.log_tail = candidate.log_tail()
+                    candidate.close()
         except Outcome as outcome:
             self.verdict.status, self.verdict.reason = outcome.status, outcome.reason
         self.verdict.elapsed_s = round(time.monotonic() - t0, 3)
@@ -536,9 +536,9 @@ class Judge:
             phases = self.verdict.phases_s
             phases[name] = round(phases.get(name, 0.0) + time.monotonic() - t0, 3)
 
-    def _judge(self, sandbox: Sandbox, scratch: Path, shapes, probes) -> None:
+    def _judge(self, candidate: CandidateProcess, scratch: Path, shapes, probes) -> None:
         with self._phase("sandbox_start"):
-            ready = self._ready(sandbox)
+            ready = self._ready(candidate)
         missing = [k for k in ("seccomp", "landlock", "netns") if not self.verdict.sandbox.get(k)]
         if missing:
             self.verdict.sandbox["missing"] = ", ".join(missing)
@@ -560,9 +560,9 @@ class Judge:
                     inputs = self.reference.make_inputs(shape, seed, self.device, self.dtype)
                 path = scratch / f"inputs_{index}_{s}.pt"
                 torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}, path)
-                out_path = sandbox.workdir / f"out_{index}_{s}.pt"
+                out_path = candidate.workdir / f"out_{index}_{s}.pt"
                 with self._phase("candidate_calls"):
-                    self._call(sandbox, path, out_path, out_shape, out_dtype, fill=FILL_A)
+                    self._call(candidate, path, out_path, out_shape, out_dtype, fill=FILL_A)
                 if self.req.mode == "compile":
                     result.note = "compiled and ran once; not checked"
                     return
@@ -573,22 +573,22 @@ class Judge:
                 result.seeds = s + 1
                 if not noop_checked:
                     with self._phase("candidate_calls"):
-                        self._noop_check(sandbox, path, sandbox.workdir / f"noop_{index}.pt", out, out_shape, out_dtype)
+                        self._noop_check(candidate, path, candidate.workdir / f"noop_{index}.pt", out, out_shape, out_dtype)
                     noop_checked = True
                 if s == 0:  # the same inputs again, fresh memory filled differently: same output?
-                    again_path = sandbox.workdir / f"again_{index}.pt"
+                    again_path = candidate.workdir / f"again_{index}.pt"
                     with self._phase("candidate_calls"):
-                        self._call(sandbox, path, again_path, out_shape, out_dtype, fill=FILL_B)
+                        self._call(candidate, path, again_path, out_shape, out_dtype, fill=FILL_B)
                     self._reproducible(shape, out, torch.load(again_path, weights_only=True), ref)
                 if not probe:
                     input_sets.append(inputs)
-                for f in (out_path, sandbox.workdir / f"again_{index}.pt"):
+                for f in (out_path, candidate.workdir / f"again_{index}.pt"):
                     f.unlink(missing_ok=True)
                 del out, ref
             result.correct = True
             if self.req.mode == "full" and not probe:
-                self._time(sandbox, result, shape, input_sets)
-            sandbox.request({"op": "forget"}, "forgot")
+                self._time(candidate, result, shape, input_sets)
+            candidate.request({"op": "forget"}, "forgot")
             del input_sets
             if self.device == "cuda":
                 torch.cuda.empty_cache()
@@ -619,9 +619,9 @@ class Judge:
                       f"same inputs, with fresh memory filled with 0x{FILL_A:02X} and then 0x{FILL_B:02X}, differ by "
                       f"up to {diff:.3g} (a kernel reads memory it never wrote, or leaves output unwritten)")
 
-    def _ready(self, sandbox: Sandbox) -> dict:
+    def _ready(self, candidate: CandidateProcess) -> dict:
         try:
-            fenced = sandbox.receive()
+            fenced = candidate.receive()
         except Outcome as outcome:
             if outcome.status == "timeout":
                 raise
@@ -631,15 +631,15 @@ class Judge:
         if fenced.get("kind") != "fenced":
             raise Outcome("crashed", f"unexpected reply {fenced.get('kind')!r} on the result channel")
         self.verdict.sandbox.update(fenced.get("fences", {}))
-        reply = sandbox.receive()
+        reply = candidate.receive()
         if reply["kind"] == "error":
             raise Outcome("compile_error", f"the candidate failed to import:\n{reply.get('error', '')}")
         if reply["kind"] != "ready":
             raise Outcome("crashed", f"unexpected reply {reply['kind']!r} on the result channel")
         return reply
 
-    def _call(self, sandbox, path, out_path, out_shape, out_dtype, noop: bool = False, fill: int = FILL_A) -> dict:
-        facts = sandbox.request({"op": "call", "inputs": str(path), "output": str(out_path), "shape": list(out_shape),
+    def _call(self, candidate, path, out_path, out_shape, out_dtype, noop: bool = False, fill: int = FILL_A) -> dict:
+        facts = candidate.request({"op": "call", "inputs": str(path), "output": str(out_path), "shape": list(out_shape),
                                  "dtype": str(out_dtype).removeprefix("torch."), "noop": noop, "fill": fill,
                                  "problem_shape": self.current_shape,
                                  "input_dtype": str(self.dtype).removeprefix("torch.")}, "called")
@@ -687,10 +687,10 @@ class Judge:
             if note not in self.verdict.flags:
                 self.verdict.flags.append(note)
 
-    def _noop_check(self, sandbox, path, out_path, real_out, out_shape, out_dtype) -> None:
+    def _noop_check(self, candidate, path, out_path, real_out, out_shape, out_dtype) -> None:
         """With the candidate's kernels turned into no-ops the output must change: otherwise
         something other than its kernels produced the answer."""
-        facts = self._call(sandbox, path, out_path, out_shape, out_dtype, noop=True)
+        facts = self._call(candidate, path, out_path, out_shape, out_dtype, noop=True)
         if facts["output_problem"] is not None:
             return  # it could not even build an output without its kernels: fine
         hollow = torch.load(out_path, weights_only=True)
@@ -698,16 +698,16 @@ class Judge:
             raise Outcome("rejected", "the output did not change with the candidate's Triton kernels disabled: "
                           "the answer does not come from its kernels")
 
-    def _time(self, sandbox, result: ShapeResult, shape, input_sets) -> None:
+    def _time(self, candidate, result: ShapeResult, shape, input_sets) -> None:
         """Timed calls on fresh inputs in refilled buffers; then outputs of timed calls re-checked."""
         slots = 2
         seed0 = 3 * secrets.randbelow(2**20) + 2**22  # never a correctness seed
         cuda = self.device == "cuda"
         if cuda:
             with self._phase("gpu_wait"):
-                self._wait_for_quiet_gpu(sandbox)
+                self._wait_for_quiet_gpu(candidate)
         with self._phase("timing"):
-            reply = sandbox.request({"op": "time", "problem": self.spec.name, "shape": shape,
+            reply = candidate.request({"op": "time", "problem": self.spec.name, "shape": shape,
                                      "dtype": str(self.dtype).removeprefix("torch."), "seed_base": seed0,
                                      "slots": slots, "reps": self.reps, "warmup": self.warmup,
                                      "sync_reps": 5 if cuda else 0, "graph": cuda}, "timed")
@@ -722,7 +722,7 @@ class Judge:
             raise Outcome("rejected", f"{len(facts['idle_calls'])} timed call(s) launched none of the candidate's "
                           "kernels: outputs replayed or cached instead of computed")
         with self._phase("recheck_timed_calls"):
-            self._recheck(sandbox, shape, reply["phases"], seed0 + slots)
+            self._recheck(candidate, shape, reply["phases"], seed0 + slots)
         result.timing = _timing(reply)
         result.latency_us = result.timing.median_us
         if cuda and reply.get("sync_wall_us"):
@@ -734,17 +734,17 @@ class Judge:
             result.speedup[name] = round(us / result.latency_us, 4) if result.latency_us > 0 else math.inf
         self._speed_checks(result, shape)
 
-    def _wait_for_quiet_gpu(self, sandbox) -> None:
+    def _wait_for_quiet_gpu(self, candidate) -> None:
         """No timing beside another process on this GPU (an orphaned evaluation, someone else's job):
         wait for it to leave, up to a bound; the verdict says whom it waited for."""
         uuid = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", None)
         query = gpu_quiet.nvidia_smi_query(f"GPU-{uuid}" if uuid else None)
-        ours = lambda: {os.getpid(), *isolation.process_tree(sandbox.proc.pid, sandbox.token)}  # noqa: E731
+        ours = lambda: {os.getpid(), *isolation.process_tree(candidate.proc.pid, candidate.token)}  # noqa: E731
         note = gpu_quiet.wait_for_quiet_gpu(query, ours)
         if note and note not in self.verdict.gpu_shared:
             self.verdict.gpu_shared = "; ".join(filter(None, [self.verdict.gpu_shared, note]))
 
-    def _recheck(self, sandbox, shape, phases: dict, seed_offset: int) -> None:
+    def _recheck(self, candidate, shape, phases: dict, seed_offset: int) -> None:
         """Outputs of timed calls, picked after the timing, against the reference on their inputs."""
         every = [i for name in ("warmup", "timed", "sync", "graph") for i in phases.get(name, [])]
         if self.device == "cuda":
@@ -753,7 +753,7 @@ class Judge:
         else:
             picked = set(every)
         where = {i: name for name in phases for i in phases[name]}
-        saved = sandbox.request({"op": "save_timed", "indices": sorted(picked), "dir": str(sandbox.workdir)}, "saved")
+        saved = candidate.request({"op": "save_timed", "indices": sorted(picked), "dir": str(candidate.workdir)}, "saved")
         order = sorted(picked)
         for i, ref in zip(order, self._references(shape, [seed_offset + i for i in order])):
             path = saved["files"].get(str(i))

@@ -1,7 +1,7 @@
 """The definition of KDA forward, in fp32, token by token, and the seeded input generator."""
 import torch
 
-from kernels.kda.problem import GATE_CASES
+from kernels.problems.kda.problem import GATE_CASES
 
 
 def make_inputs(shape: dict[str, int], seed: int, device: str, dtype: torch.dtype) -> dict:

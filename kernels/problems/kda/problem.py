@@ -1,5 +1,5 @@
 """KDA: Kimi Delta Attention forward (gated delta rule with per-channel decay)."""
-from kernels.problem import ProblemSpec, ShapeError, Tolerance, Traffic
+from kernels.problems.spec import ProblemSpec, ShapeError, Tolerance, Traffic
 
 GATE_CASES = ("logsigmoid", "constant", "uniform")  # seed % 3 picks the case: every shape sees all three
 

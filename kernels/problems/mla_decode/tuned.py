@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-# Knobs a tuner may turn (kernels/tunables.py); the launcher reads CONFIG. Two regimes, because the
+# Knobs a tuner may turn (kernels/problems/tunables.py); the launcher reads CONFIG. Two regimes, because the
 # best tiles differ: "small" (B * ceil(H / 64) < SMALL_BELOW, e.g. B=1: a few microseconds of work,
 # where latency and the workspace decide) reads the SMALL_* keys; otherwise (e.g. B=32, H=128: tensor
 # cores busy) the plain keys.

@@ -5,7 +5,7 @@ import os
 
 import torch
 
-from kernels.problem import LazyBaseline
+from kernels.problems.spec import LazyBaseline
 
 CHUNK = 64
 

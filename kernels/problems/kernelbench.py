@@ -20,7 +20,7 @@ import ast
 import math
 from dataclasses import dataclass
 
-from kernels.problem import ProblemFileError, ProblemSpec, ShapeError, Tolerance, Traffic
+from kernels.problems.spec import ProblemFileError, ProblemSpec, ShapeError, Tolerance, Traffic
 
 ENTRY_POINT = "ModelNew"
 # Relative L2 error and max-abs error (as a fraction of max|ref|) an honest kernel stays under against
@@ -133,7 +133,7 @@ def file_problem(name: str, source: str) -> ProblemSpec:
 
     def traffic(shape: dict[str, int], elem: int) -> Traffic:
         # the memory floor: inputs, parameters and outputs through device memory once
-        from kernels.kernelbench_runtime import FileReference
+        from kernels.problems.kernelbench_runtime import FileReference
         nbytes = FileReference.get(name, source).min_bytes(shape, elem)
         tensor_flops = float(eval(flops, {"__builtins__": {}, "math": math}, dict(shape))) if flops else 0.0
         return Traffic(nbytes, tensor_flops)
@@ -167,7 +167,7 @@ class FileProblemSpec(ProblemSpec):
         return super().shapes(set_name)
 
     def reference_module(self):
-        from kernels.kernelbench_runtime import FileReference
+        from kernels.problems.kernelbench_runtime import FileReference
         return FileReference.get(self.name, self.source)
 
     def baselines_module(self):

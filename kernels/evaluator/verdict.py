@@ -36,7 +36,7 @@ class Timing(BaseModel):
 
 class KnownBaseline(BaseModel):
     """A baseline's timing from an earlier evaluation on the same GPU, offered to the judge so it need
-    not time the baseline again (kernels/baseline_cache.py). Only the worker, never a candidate, writes
+    not time the baseline again (kernels/evaluator/baseline_cache.py). Only the worker, never a candidate, writes
     these: they travel in the request the judge reads before any candidate code starts."""
     shape: dict[str, int]
     name: str
@@ -82,13 +82,13 @@ class Verdict(BaseModel):
     log_tail: str = ""  # the end of the candidate's own stdout/stderr, for the author to read
     # correctness-only shapes drawn at random for this evaluation, so no candidate can know them
     probe_shapes: list[ShapeResult] = Field(default_factory=list)
-    # the operating-system fences the candidate ran inside (kernels/isolation.py) and which took
+    # the operating-system fences the candidate ran inside (kernels/evaluator/isolation.py) and which took
     sandbox: dict[str, bool | float | int | str] = Field(default_factory=dict)
     source_sha256: str = ""
     elapsed_s: float = 0.0
     # where elapsed_s went (seconds): sandbox start, reference, candidate calls, timing, baselines...
     phases_s: dict[str, float] = Field(default_factory=dict)
-    # other processes found on the GPU before timing (kernels/gpu_quiet.py): whom the judge waited for
+    # other processes found on the GPU before timing (kernels/evaluator/gpu_quiet.py): whom the judge waited for
     # and whether it timed beside them; empty when the GPU was the judge's alone (and on the CPU)
     gpu_shared: str = ""
 

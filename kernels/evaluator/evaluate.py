@@ -1,6 +1,7 @@
 """The evaluator's front door: `evaluate(request) -> Verdict`. Torch-free, so a CLI or a Temporal
 worker can call it without taking a CUDA context: the judging happens in a judge process
-(`python -m kernels.judge`), which in turn runs the candidate in a sandbox process of its own."""
+(`python -m kernels.evaluator.judge`), which in turn runs the candidate in a process of its own
+(`python -m kernels.evaluator.candidate_process`)."""
 from __future__ import annotations
 
 import hashlib
@@ -14,11 +15,11 @@ from typing import Callable
 
 from pydantic import BaseModel, Field
 
-from kernels.confinement import die_with_parent, judge_env, scratch_prefix
-from kernels.problem import get_problem, resolve_kernel
-from kernels.verdict import KnownBaseline, Mode, Verdict
+from kernels.evaluator.confinement import die_with_parent, judge_env, scratch_prefix
+from kernels.problems.spec import get_problem, resolve_kernel
+from kernels.evaluator.verdict import KnownBaseline, Mode, Verdict
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class EvaluatorError(RuntimeError):
@@ -28,7 +29,7 @@ class EvaluatorError(RuntimeError):
 
 class EvalRequest(BaseModel):
     problem: str
-    # a KernelBench-format problem file's source (kernels/kernelbench.py); None: `problem` is built in
+    # a KernelBench-format problem file's source (kernels/problems/kernelbench.py); None: `problem` is built in
     problem_source: str | None = None
     dtype: str | None = None  # the input dtype; None: the problem's for the device
     source: str
@@ -44,7 +45,7 @@ class EvalRequest(BaseModel):
     baselines: bool = True
     only_baselines: list[str] = Field(default_factory=list)  # time just these (by name); empty: all
     probe_shapes: int = 1  # extra correctness-only shapes drawn at random per evaluation (0: none)
-    # baseline timings an earlier evaluation on this GPU measured (kernels/baseline_cache.py): the judge
+    # baseline timings an earlier evaluation on this GPU measured (kernels/evaluator/baseline_cache.py): the judge
     # reuses a matching one instead of timing that baseline again, and says so in the verdict
     known_baselines: list[KnownBaseline] = Field(default_factory=list)
 
@@ -88,11 +89,11 @@ def evaluate(request: EvalRequest, *, heartbeat: Callable[[], None] | None = Non
         env = judge_env(tmp, PROJECT_ROOT)
         # the baselines' Triton autotuning (FLA's: most of a KDA baseline's minute and a half) is kept on
         # disk, so a fresh judge process re-times a baseline without re-tuning it; the candidate's
-        # process does not inherit this (kernels/judge.py candidate_env)
+        # process does not inherit this (kernels/evaluator/judge.py candidate_env)
         env.setdefault("TRITON_CACHE_AUTOTUNING", "1")
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "kernels.judge", str(req_path), str(out_path)],
+                [sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=tmp,
                 start_new_session=True, preexec_fn=die_with_parent())
             deadline = time.monotonic() + request.timeout_s + judge_grace_s

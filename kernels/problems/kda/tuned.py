@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-# knobs a tuner may turn (kernels/tunables.py); the launcher reads CONFIG.
+# knobs a tuner may turn (kernels/problems/tunables.py); the launcher reads CONFIG.
 # CHUNK is 64 only: the preparation kernel is written out for four 16-token sub-chunks.
 # CONFIG holds the fastest settings measured on an H200: the preparation's from
 # kda_log_run1.txt @a2c9222; the few-heads scan's (SCAN_BV=32) from the scan timed alone on
@@ -46,7 +46,7 @@ import triton.language as tl
 # 497.6 us against 525.3 with ieee (kda_forms_tune.json @bb2fa31). Judged end to end:
 # 680.5 us against FLA's 999.9 us at B=1,T=8192, 1.47x (kda_tuned_tf32_B_1_T_8192.json @32a721a);
 # the "columns" form, register caps, the carry variant and tf32x3 measured slower
-# (kernels/kda/NOTES.md). PREP_CENTRE "half_tots" (the sub-chunks'
+# (kernels/problems/kda/NOTES.md). PREP_CENTRE "half_tots" (the sub-chunks'
 # re-centring gates and carries from one reduction over the chunk's gates instead of eight over rows:
 # the preparation 413.1 us against 485.4) and
 # SCAN_WQ (173.9 against 175.9 us) (kda_forms_tune.json @6dceb6d); judged end to end
@@ -104,7 +104,7 @@ TUNABLES = {
     "SCAN_STAGES_MANY": (2, 3, 4),
     # launch the scan as a programmatic dependent launch (Hopper): its programs are placed while the
     # preparation's last wave runs and wait in griddepcontrol.wait, hiding the launch gap between them
-    # (no gain measured at B=1,T=8192 on the H200: kernels/kda/NOTES.md)
+    # (no gain measured at B=1,T=8192 on the H200: kernels/problems/kda/NOTES.md)
     "SCAN_PDL": (False, True),
     # W, Qg and Kd interleaved chunk by chunk in one buffer, and the scan's W S and Qg S as one
     # [2 BT, BK] x [BK, BV] product (one tensor-core product and wait fewer per chunk)
@@ -646,7 +646,7 @@ def _kda_prep(
 # NT is not specialized: Triton's launcher makes an integer argument equal to 1 a constant, and the
 # scan compiled for NT == 1 (SCAN_BV 32, 4 warps, bf16) gave wrong output rows 16-63 on the H200
 # (one chunk, T = 17..64: rel err 0.26 to 1.25; NT >= 2, fp32 and the 8-warp scan were right;
-# kernels/kda/NOTES.md, "one-chunk sequences").
+# kernels/problems/kda/NOTES.md, "one-chunk sequences").
 # Unspecialized, one compile serves every NT; its sm_90 SASS is the one the headline shapes ran before
 # (NT marked divisible by 16 or not: the same instructions, kda_scan_sm90_resources.json @238725e).
 @triton.jit(do_not_specialize=["NT"])

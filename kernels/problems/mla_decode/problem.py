@@ -1,5 +1,5 @@
 """MLA decode: absorbed multi-head latent attention for one new token per sequence (DeepSeek-V3)."""
-from kernels.problem import ProblemSpec, ShapeError, Tolerance, Traffic
+from kernels.problems.spec import ProblemSpec, ShapeError, Tolerance, Traffic
 
 D_LATENT, D_ROPE = 512, 64
 D_QK = D_LATENT + D_ROPE  # 576

@@ -25,7 +25,7 @@ JUDGE_ENV_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "TMPDIR"
 JUDGE_ENV_PREFIXES = ("LC_", "CUDA_", "TRITON_", "NVIDIA_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "FLA_", "MARATHON_")
 
 # Scratch folders of the evaluator's processes, under the temp dir; the owner's pid follows the prefix
-# (kernels.confinement.scratch_prefix) so that a starting worker can tell a dead owner's from a live one's.
+# (kernels.evaluator.confinement.scratch_prefix) so that a starting worker can tell a dead owner's from a live one's.
 SCRATCH_KINDS = ("marathon-judge", "marathon-eval", "marathon-fence-probe", "marathon-ncu")
 
 

@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-# knobs a tuner may turn (kernels/tunables.py); the launcher reads CONFIG
+# knobs a tuner may turn (kernels/problems/tunables.py); the launcher reads CONFIG
 TUNABLES = {"BLOCK_V": (8, 16, 32, 64), "num_warps": (1, 2, 4, 8)}
 CONFIG = {"BLOCK_V": 32, "num_warps": 4}
 

@@ -1,6 +1,6 @@
 """Operating-system fences around the candidate's process, in layers that each work alone.
 
-The static policy (kernels.policy) is the first gate: a candidate cannot even name os, socket or
+The static policy (kernels.evaluator.policy) is the first gate: a candidate cannot even name os, socket or
 subprocess. These fences hold if someone finds a way past it:
 
 - `unshare_network()`: a network namespace of its own (root only): no interface but a down loopback.

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from kernels.roofline import DeviceProfile, floor_seconds
+from kernels.evaluator.roofline import DeviceProfile, floor_seconds
 
-KERNELS_DIR = Path(__file__).resolve().parent
+PROBLEMS_DIR = Path(__file__).resolve().parent
 PROBLEM_NAMES = ("mla_decode", "kda")
 
 
@@ -43,7 +43,7 @@ class Traffic:
 
 class LazyBaseline:
     """A baseline built on its first call: an import or a compile that an evaluation reusing the
-    baseline's figure (kernels/baseline_cache.py) never pays for. A build that fails raises on that
+    baseline's figure (kernels/evaluator/baseline_cache.py) never pays for. A build that fails raises on that
     call, which the judge reports as a failed baseline."""
 
     def __init__(self, build: Callable[[], Callable]) -> None:
@@ -77,19 +77,19 @@ class ProblemSpec:
     # dimensions drawn log-uniformly (sequence lengths: short ones are where chunked kernels break)
     probe_ranges: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
     log_drawn_dims: tuple[str, ...] = ()
-    # the problem's source, for a problem given as a file (kernels/kernelbench.py): it travels by value
+    # the problem's source, for a problem given as a file (kernels/problems/kernelbench.py): it travels by value
     source: str | None = None
 
     def reference_module(self):
         """make_inputs / output_spec / reference (imported in the judge and the sandbox only)."""
-        return importlib.import_module(f"kernels.{self.name}.reference")
+        return importlib.import_module(f"kernels.problems.{self.name}.reference")
 
     def baselines_module(self):
-        return importlib.import_module(f"kernels.{self.name}.baselines")
+        return importlib.import_module(f"kernels.problems.{self.name}.baselines")
 
     @property
     def folder(self) -> Path:
-        return KERNELS_DIR / self.name
+        return PROBLEMS_DIR / self.name
 
     @property
     def statement(self) -> str:
@@ -140,21 +140,21 @@ def parse_shape(text: str) -> dict[str, int]:
 def get_problem(name: str, source: str | None = None) -> ProblemSpec:
     """A built-in problem by name, or, with `source`, the KernelBench-format file problem it holds."""
     if source is not None:
-        from kernels.kernelbench import file_problem
+        from kernels.problems.kernelbench import file_problem
         return file_problem(name, source)
     if name not in PROBLEM_NAMES:
         raise KeyError(f"unknown problem {name!r}; known: {', '.join(PROBLEM_NAMES)}")
-    return importlib.import_module(f"kernels.{name}.problem").PROBLEM
+    return importlib.import_module(f"kernels.problems.{name}.problem").PROBLEM
 
 
 def resolve_problem(arg: str) -> tuple[str, str | None]:
     """A --problem argument -> (name, source): a built-in name, a built-in problem's folder (like
-    kernels/kda/), or a KernelBench-format file, whose source is read and checked here."""
+    kernels/problems/kda/), or a KernelBench-format file, whose source is read and checked here."""
     if arg in PROBLEM_NAMES:
         return arg, None
     path = Path(arg)
     if path.is_dir():
-        if path.resolve().parent == KERNELS_DIR and path.name in PROBLEM_NAMES:
+        if path.resolve().parent == PROBLEMS_DIR and path.name in PROBLEM_NAMES:
             return path.name, None
         raise ProblemFileError(f"problem folder {arg!r} is not one of the built-in problems ({', '.join(PROBLEM_NAMES)})")
     if path.is_file():

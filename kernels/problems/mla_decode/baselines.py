@@ -1,8 +1,8 @@
 """Baselines for MLA decode: PyTorch as a user would write it, and torch.compile of that."""
 import torch
 
-from kernels.mla_decode.problem import D_LATENT
-from kernels.problem import LazyBaseline
+from kernels.problems.mla_decode.problem import D_LATENT
+from kernels.problems.spec import LazyBaseline
 
 
 def mla_decode_torch(q: torch.Tensor, kv: torch.Tensor, scale: float) -> torch.Tensor:

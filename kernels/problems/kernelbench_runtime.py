@@ -1,4 +1,4 @@
-"""The run-time half of a KernelBench-format file problem (kernels/kernelbench.py): the file executed,
+"""The run-time half of a KernelBench-format file problem (kernels/problems/kernelbench.py): the file executed,
 with its size constants overridden per shape. It serves the judge (inputs, the fp32 reference, the
 eager and torch.compile baselines, the roofline's bytes) and the sandbox (the same inputs, and the
 candidate's ModelNew built with Model's constructor arguments and state_dict)."""
@@ -8,7 +8,7 @@ import types
 
 import torch
 
-from kernels.problem import LazyBaseline
+from kernels.problems.spec import LazyBaseline
 
 INPUT_PREFIX = "x"  # get_inputs()[i] travels as keyword x{i}
 
