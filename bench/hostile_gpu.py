@@ -1,6 +1,6 @@
 """The GPU half of the hostile suite, and the no-false-rejection check on a real GPU.
 
-    python bench/hostile_gpu.py [--out .marathon/bench/hostile_gpu.json @1f96b0a] [--budget 200] [--workers 4]
+    python bench/hostile_gpu.py [--out .marathon/bench/hostile_gpu.json] [--budget 200] [--workers 4]
 
 1. A quick honest control first. If the sandbox's fences (seccomp, Landlock, network namespace)
    break honest work on this machine, they are switched off one at a time until the control passes,
@@ -133,7 +133,7 @@ def run_judge(it: dict, fence_env: dict) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench" / "hostile_gpu.json @1f96b0a"))
+    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench" / "hostile_gpu.json"))
     ap.add_argument("--budget", type=float, default=200.0, help="seconds; later items are skipped")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the plumbing (with --only)")

@@ -219,13 +219,13 @@ def main() -> int:
     ap.add_argument("mode", nargs="?", default="precision", choices=("precision", "speed"))
     ap.add_argument("--T", type=int, default=4096)
     ap.add_argument("--H", type=int, default=2)
-    ap.add_argument("--out", default=None, help="default: .marathon/bench/kda_scan_forms.json @29f1eae or kda_scan_speed.json @e776486")
+    ap.add_argument("--out", default=None, help="default: .marathon/bench/kda_scan_forms.json or kda_scan_speed.json")
     args = ap.parse_args()
     results = ROOT / ".marathon" / "bench"
     if args.mode == "speed":
-        speed(Path(args.out or results / "kda_scan_speed.json @e776486"))
+        speed(Path(args.out or results / "kda_scan_speed.json"))
         return 0
-    args.out = args.out or str(results / "kda_scan_forms.json @29f1eae")
+    args.out = args.out or str(results / "kda_scan_forms.json")
     from kernels.problems.kda.reference import make_inputs
     shape = {"B": 1, "T": args.T, "H": args.H, "K": 128, "V": 128}
     rows = []

@@ -2,7 +2,7 @@
 
     python bench/mla_decode.py tune  [--out DIR]                 # sweep CONFIGs, pick one
     python bench/mla_decode.py eval  [--kernel tuned --kernel starter] [--set headline --set sweep]
-                                     [--config JSON | --best-from DIR/mla_decode_tune.json @7677c6f]
+                                     [--config JSON | --best-from DIR/mla_decode_tune.json]
     python bench/mla_decode.py all   [--out DIR] [--budget-s 220]  # tune, then eval with the pick
     python bench/mla_decode.py breakdown [--out DIR] [--part streams|configs|scaling]  # B=1: whole call,
                                      # stage 1 alone, merge alone; stage 1's cache stream without its math
@@ -27,7 +27,7 @@ Shape sets: `bench` (B=1,H=64,S=8192), `extra` (B=32,H=128,S=8192), `headline` (
 evaluation) and `sweep` (the problem's sweep); `tiny` for a dry run on the CPU (--device cpu).
 
 Writes to --out: mla_decode_<kernel>_<set>.json (the raw verdict, exactly `marathon eval --json`,
-under "verdict", with the host facts beside it), mla_decode_tune.json @7677c6f, and mla_decode_summary.json @7677c6f
+under "verdict", with the host facts beside it), mla_decode_tune.json, and mla_decode_summary.json
 (GPU, driver, torch, triton; per kernel and shape: latency, CUDA-graph latency, % of the roofline
 floor, achieved HBM bandwidth = min bytes / latency and its share of the 4.3 TB/s measured peak)."""
 from __future__ import annotations
@@ -283,7 +283,7 @@ def tune(out_dir: Path, workers: int = 8, deadline: float | None = None, device:
         final = None
     result = {"shapes": shapes, "host": host_facts(), "flush": flush, "phase1": phase1, "phase2": phase2,
               "best": best, "best_row": final, "diagnosis": diag, "elapsed_s": round(time.time() - t0, 1)}
-    (out_dir / "mla_decode_tune.json @7677c6f").write_text(json.dumps(result, indent=1))
+    (out_dir / "mla_decode_tune.json").write_text(json.dumps(result, indent=1))
     print("\nphase 1 leaders (graph us on the regime's shape):")
     for pre, rows in phase1.items():
         for row in ranked(rows, 1)[:5]:
@@ -505,7 +505,7 @@ def breakdown(out_dir: Path, device: str = "cuda", parts: tuple = BREAKDOWN_PART
         scaling.append(row)
         print(json.dumps(row), flush=True)
     result = {"host": host_facts(), "shape": BENCH, "rows": rows, "streams": streams, "scaling": scaling}
-    name = "mla_decode_breakdown.json @bb2fa31" if set(parts) == set(BREAKDOWN_PARTS) else f"mla_decode_{'_'.join(parts)}.json"
+    name = "mla_decode_breakdown.json" if set(parts) == set(BREAKDOWN_PARTS) else f"mla_decode_{'_'.join(parts)}.json"
     (out_dir / name).write_text(json.dumps(result, indent=1))
     return result
 
@@ -595,7 +595,7 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=None,
                     help="eval: bench, extra, headline, sweep (default headline)")
     ap.add_argument("--config", default=None, help="eval: a JSON CONFIG for tuned instead of the file's")
-    ap.add_argument("--best-from", default=None, help="eval: take tuned's CONFIG from a mla_decode_tune.json @7677c6f")
+    ap.add_argument("--best-from", default=None, help="eval: take tuned's CONFIG from a mla_decode_tune.json")
     ap.add_argument("--no-baselines", action="append", default=[], metavar="KERNEL",
                     help="eval: skip the baselines for this kernel's evaluations (repeatable)")
     ap.add_argument("--no-baselines-set", action="append", default=[], metavar="SET",

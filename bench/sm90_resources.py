@@ -6,8 +6,8 @@ headline shapes (pointers and the integer arguments that are multiples of 16 mar
     python bench/sm90_resources.py --kda-prep [PREP_BK,PREP_BV,warps ...] [--out FILE]  KDA preparation
     python bench/sm90_resources.py --kda-scan [SCAN_BV,warps,stages[,wq[,nt_aligned]] ...] [--out FILE]  KDA scan
 
-Prints one line per variant and writes the rows as JSON (default: .marathon/bench/mla_decode_sm90_resources.json @42ef1e3,
-or kda_prep_sm90_resources.json @7b4d36a)."""
+Prints one line per variant and writes the rows as JSON (default: .marathon/bench/mla_decode_sm90_resources.json,
+or kda_prep_sm90_resources.json)."""
 from __future__ import annotations
 
 import argparse
