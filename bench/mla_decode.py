@@ -7,6 +7,7 @@
     python bench/mla_decode.py breakdown [--out DIR] [--part streams|configs|scaling]  # B=1: whole call,
                                      # stage 1 alone, merge alone; stage 1's cache stream without its math
                                      # (STREAMS); the shipped stage 1 as S grows (SCALING_*)
+    python bench/mla_decode.py plans [--out DIR]                 # PLAN_VARIANTS on every regime shape
 
 `tune` imports the kernel module in this process and rewrites its CONFIG dict. Each configuration is
 checked against the fp32 reference and timed as a CUDA graph replayed after a 256 MB L2 flush (median
@@ -510,6 +511,63 @@ def breakdown(out_dir: Path, device: str = "cuda", parts: tuple = BREAKDOWN_PART
     return result
 
 
+# Launch plans tried over the regime table (bench/gpu_measurements.sh mla-regimes): CONFIG overrides
+# of the shipped kernel, each checked against the reference and timed on every shape.
+PLAN_VARIANTS = {
+    "shipped": {},
+    "large_tiles": {"SMALL_BELOW": 0},
+    "large_tiles_2_waves": {"SMALL_BELOW": 0, "SPLIT_WAVES": 2},
+    "large_tiles_4_waves": {"SMALL_BELOW": 0, "SPLIT_WAVES": 4},
+    "small_2_waves": {"SMALL_SPLIT_WAVES": 2},
+    "small_4_waves": {"SMALL_SPLIT_WAVES": 4},
+    "small_32_heads": {"SMALL_BLOCK_H": 32},
+    "small_64_heads": {"SMALL_BLOCK_H": 64, "SMALL_num_warps": 8},
+}
+REGIME_SHAPES = [{"B": b, "H": h, "S": s} for b in (1, 4, 32) for h in (16, 64, 128) for s in (1024, 8192, 65536)]
+
+
+def plans(out_dir: Path, device: str = "cuda") -> dict:
+    """Every PLAN_VARIANTS entry on every regime shape: relative error and CUDA-graph time after an
+    L2 flush, then the fastest correct variant per shape against the shipped plan."""
+    import torch
+    from kernels.problems.mla_decode.reference import reference
+
+    mod = _load_tuned()
+    timer = Timer(device)
+    shipped = dict(mod.CONFIG)
+    rows = []
+    for shape in (REGIME_SHAPES if device == "cuda" else SETS["tiny"]):
+        inp = _inputs(shape, seed=1, device=device)
+        ref = reference(**inp)
+        for name, over in PLAN_VARIANTS.items():
+            mod.CONFIG.clear()
+            mod.CONFIG.update({**shipped, **over})
+            row = {"shape": shape, "variant": name, "plan": list(mod.plan(shape["B"], shape["H"], shape["S"]))}
+            try:
+                row["rel_err"] = compare(mod.mla_decode(**inp).float(), ref)[0]
+                row["graph_us"] = timer.graph_us(lambda: mod.mla_decode(**inp))
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        del inp, ref
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    mod.CONFIG.clear()
+    mod.CONFIG.update(shipped)
+    best = []
+    for shape in {json.dumps(r["shape"]) for r in rows}:
+        mine = [r for r in rows if json.dumps(r["shape"]) == shape and "graph_us" in r and r["rel_err"] < 2e-2]
+        if mine:
+            top = min(mine, key=lambda r: r["graph_us"])
+            base = next((r for r in mine if r["variant"] == "shipped"), None)
+            best.append({"shape": top["shape"], "variant": top["variant"], "graph_us": top["graph_us"],
+                         "shipped_us": base and base["graph_us"]})
+    result = {"host": host_facts(), "variants": PLAN_VARIANTS, "rows": rows, "best": best}
+    (out_dir / "mla_decode_plans.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
 def _tune_line(row: dict) -> str:
     c = row["config"]
     parts = []
@@ -587,7 +645,7 @@ def summarize(records: list[dict], tune_result: dict | None, out_dir: Path, show
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=("tune", "eval", "all", "study", "breakdown"))
+    ap.add_argument("mode", choices=("tune", "eval", "all", "study", "breakdown", "plans"))
     ap.add_argument("--flush", default="read", choices=("read", "write"),
                     help="tune: the L2 flush before each timed replay (kernels/evaluator/timing.py L2Flush)")
     ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench"))
@@ -621,6 +679,9 @@ def main() -> int:
 
     if args.mode == "study":
         study(out_dir, args.device)
+        return 0
+    if args.mode == "plans":
+        plans(out_dir, args.device)
         return 0
     if args.mode == "breakdown":
         breakdown(out_dir, args.device, tuple(args.part or BREAKDOWN_PARTS))
