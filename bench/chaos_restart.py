@@ -5,7 +5,7 @@ Each case is a small LLM run against a real Temporal dev server, worker processe
 model endpoint; the fault is a SIGKILL of the workflow worker (mid model turn), the evaluation worker,
 the server, all three, or all three with the state directory moved (each mid-evaluation). The times
 come from the history's ActivityTaskStarted event times against the wall clock at the restart.
-Writes one ResultRecord (kernels/result_record.py)."""
+Writes one ResultRecord (kernels/evaluator/result_record.py)."""
 from __future__ import annotations
 
 import argparse
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     import os
     os.environ.setdefault("TRITON_INTERPRET", "1")
     from chaos_cases import HEARTBEAT_S, RESTART_CASES, run_case
-    from kernels.result_record import Host, ResultRecord
+    from kernels.evaluator.result_record import Host, ResultRecord
     from workflows.models import RunSpec
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
