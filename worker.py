@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from datetime import timedelta
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,9 @@ class WorkerSet:
             ex.shutdown(wait=False, cancel_futures=True)
 
 
+STICKY_TIMEOUT_S = 3.0
+
+
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     """The loop the workers will run on (activities send their fault signals through it)."""
     try:
@@ -88,9 +92,12 @@ def build_workers(client: Client, *, control: bool = True, gpu: bool = True,
         ex = concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="marathon-act")
         activities = [*acts.control_activities(), compact]
         out.executors.append(ex)
+        # a workflow task for a run whose worker died waits this long on that worker's sticky queue before
+        # any worker may take it (the SDK's default, 10 s, is most of a restart's delay)
         out.workers.append(Worker(client, task_queue=task_queue, workflows=[KernelOptimization, KernelSuite],
                                   activities=activities, activity_executor=ex,
-                                  max_concurrent_activities=max_concurrent, **extra))
+                                  max_concurrent_activities=max_concurrent,
+                                  sticky_queue_schedule_to_start_timeout=timedelta(seconds=STICKY_TIMEOUT_S), **extra))
     if gpu:
         ex = concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrent_gpu + 1, thread_name_prefix="marathon-gpu")
         out.executors.append(ex)
