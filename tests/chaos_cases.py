@@ -43,7 +43,7 @@ from workflows.models import Budgets, EvalSettings, ModelSettings, RunReport, Ru
 RESTART_CASES = ("workflow-worker", "eval-worker", "server", "all", "state-dir-move")
 FAULT_CASES = ("model-down", "model-401", "model-400", "store-full", "store-corrupt")
 CASES = RESTART_CASES + FAULT_CASES
-HEARTBEAT_S = 5.0  # evaluations' heartbeat timeout here (the default, 30 s, suits a loaded GPU host)
+HEARTBEAT_S = 5.0  # evaluations' heartbeat timeout here (the default, 10 s, leaves a loaded GPU host more slack)
 OUTAGE_S = 20.0
 KEY_ENV, KEY = "CHAOS_MODEL_KEY", "sk-chaos-0123456789abcdef"
 QUOTA = 50_000_000

@@ -73,7 +73,8 @@ class EvalSettings(_Input):
     reps: int | None = Field(default=None, ge=1)
     baselines: bool = True
     ncu: bool = True  # Nsight Compute metrics on profile_kernel, where the GPU worker has ncu (evaluation.ncu_path)
-    heartbeat_timeout_s: float = Field(default=30.0, gt=0)  # a dead GPU worker's evaluation moves elsewhere after this
+    # a dead GPU worker's evaluation moves elsewhere after this (the evaluator heartbeats every 2 s)
+    heartbeat_timeout_s: float = Field(default=10.0, gt=0)
     max_attempts: int = Field(default=3, ge=1)  # infrastructure retries of one evaluation
     # tuner: configurations profiled at once. Set it to the number of GPU workers serving the run's
     # GPU queue (`marathon dev --gpus auto` starts one per GPU); each takes one evaluation at a time.
