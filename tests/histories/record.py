@@ -1,11 +1,13 @@
 """Record the workflow histories the replay test (tests/test_workflow_replay.py) runs through Temporal's
 Replayer. Re-record after an intended change to the workflow's decisions, and say so in the commit:
 
-    .venv/bin/python tests/histories/record.py [llm] [tuner] [tuner_parallel]   (default: all)
+    .venv/bin/python tests/histories/record.py [llm] [tuner] [tuner_parallel] [faults] [auth]   (default: all)
 
 It runs, against a fresh dev server and a fake model endpoint: an llm run of a few turns with a
 compaction, a hint (an update) and a continue-as-new hop; a short tuner run; and a tuner run that
-profiles two configurations at once on two evaluation workers. Each run segment's history is written
+profiles two configurations at once on two evaluation workers; and two cases of the chaos suite
+(tests/chaos_cases.py): the model endpoint down for a while (fault signals, recovery), and a 401 that
+ends the run. Each run segment's history is written
 as JSON next to this file. Naming runs re-records only those (keeping older recordings replayed
 against newer code is what tells a change apart that would break runs in flight)."""
 from __future__ import annotations
@@ -69,7 +71,8 @@ async def record(address: str, tmp: Path, runs: set[str]) -> None:
                 await keep(client, await start(client, tuner, tq, workflow_id="replay-tuner"), "tuner")
 
 
-RUNS = ("llm", "tuner", "tuner_parallel")
+RUNS = ("llm", "tuner", "tuner_parallel", "faults", "auth")
+CHAOS_RUNS = {"faults": "model-down", "auth": "model-401"}
 
 
 def main() -> int:
@@ -83,6 +86,12 @@ def main() -> int:
             old.unlink()
     with worker.DevServer() as srv, tempfile.TemporaryDirectory() as tmp:
         asyncio.run(record(srv.address, Path(tmp), runs))
+    for name, case in CHAOS_RUNS.items():
+        if name in runs:
+            from chaos_cases import run_case
+            with tempfile.TemporaryDirectory() as tmp:
+                out = asyncio.run(run_case(case, Path(tmp)))
+            (HERE / f"{name}_segment0.json").write_text(out.history_json)
     for p in sorted(HERE.glob("*.json")):
         print(p.name, p.stat().st_size)
     return 0
