@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter, MaxNLocator  # noqa: E402
 
 from reports.collect import EvalPoint, RunFacts  # noqa: E402
 
@@ -68,10 +69,13 @@ def progress_png(facts: RunFacts) -> str | None:
             ax.scatter(xs, ys, s=28, color=STATUS_COLOURS.get(status, OTHER_COLOUR), label=status, zorder=4,
                        marker="o" if status == "ok" else "x")
         ax.set_xlabel(label)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=key == "tool_call"))
+        if key == "hours":
+            ax.xaxis.set_major_formatter(FormatStrFormatter("%.3g"))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("speedup vs strongest baseline (x)" if what == "speedup" else "latency (us, lower is better)")
-    if what == "speedup":
-        axes[0].set_ylim(bottom=min(0.0, floor))
+    if what == "speedup":  # room below the zero line, where the failed evaluations sit
+        axes[0].set_ylim(bottom=min(0.0, floor) - 0.04 * max(ok_values))
     axes[1].legend(loc="best", fontsize=8)
     fig.suptitle("best " + ("speedup" if what == "speedup" else "latency") + " so far; every evaluation a point "
                  "(failures on the " + ("zero line" if what == "speedup" else "top line") + ")", fontsize=10)
