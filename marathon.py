@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kernels.evaluator import EvaluatorError, evaluate, request_for
-from kernels.problem import PROBLEM_NAMES, ShapeError, parse_shape, resolve_problem
-from kernels.verdict import Verdict
+from kernels.evaluator.evaluate import EvaluatorError, evaluate, request_for
+from kernels.problems.spec import PROBLEM_NAMES, ShapeError, parse_shape, resolve_problem
+from kernels.evaluator.verdict import Verdict
 
 
 def _table(v: Verdict) -> str:
@@ -145,7 +145,7 @@ def spec_from_args(args: argparse.Namespace):
 def _spec_from_args(args: argparse.Namespace):
     from pathlib import Path
 
-    from kernels.problem import get_problem
+    from kernels.problems.spec import get_problem
     from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec
 
     name, problem_source = resolve_problem(args.problem)

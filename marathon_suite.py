@@ -10,7 +10,7 @@ from typing import Callable
 def suite_spec_from_args(args: argparse.Namespace, spec_from_args: Callable):
     """One RunSpec per problem file, each built as `marathon run --problem FILE --kernel FILE_kernel.py`
     would build it (so every check of a run applies), the budget --hours-each."""
-    from kernels.kernelbench import suite_files
+    from kernels.problems.kernelbench import suite_files
     from workflows.suite import SuiteSpec
 
     runs = []

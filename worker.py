@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
 from activities.artifacts import ArtifactStore  # noqa: E402
 from activities.compaction import compact  # noqa: E402
 from activities.registry import MarathonActivities  # noqa: E402
-from kernels.confinement import make_non_dumpable, remove_stale_scratch  # noqa: E402
+from kernels.evaluator.confinement import make_non_dumpable, remove_stale_scratch  # noqa: E402
 from workflows import names  # noqa: E402
 from workflows.kernel_optimization import KernelOptimization  # noqa: E402
 from workflows.suite import KernelSuite  # noqa: E402

@@ -20,10 +20,10 @@ from typing import Callable
 
 from activities.artifacts import ArtifactStore, capped
 from activities.tools import source_text
-from kernels.baseline_cache import DEFAULT_TTL_S, BaselineCache
-from kernels.confinement import judge_env, scratch_prefix
-from kernels.evaluator import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, env_digest, evaluate
-from kernels.verdict import Verdict
+from kernels.evaluator.baseline_cache import DEFAULT_TTL_S, BaselineCache
+from kernels.evaluator.confinement import judge_env, scratch_prefix
+from kernels.evaluator.evaluate import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, env_digest, evaluate
+from kernels.evaluator.verdict import Verdict
 from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
 from workflows.models import EVAL_MODES, EvalDigest, EvalInput, EvalResult
 
@@ -40,7 +40,7 @@ NCU_METRICS = {
 }
 
 
-# This worker process's baseline figures (kernels/baseline_cache.py); MARATHON_BASELINE_TTL_S=0 times
+# This worker process's baseline figures (kernels/evaluator/baseline_cache.py); MARATHON_BASELINE_TTL_S=0 times
 # every baseline in every evaluation.
 BASELINES = BaselineCache(float(os.environ.get("MARATHON_BASELINE_TTL_S", DEFAULT_TTL_S)))
 
@@ -153,7 +153,7 @@ def ncu_metrics(req: EvalRequest, kernels: list[str], timeout_s: float = 600.0) 
         # the evaluator's timings
         cmd = [ncu, "--target-processes", "all", "--clock-control", "none", "--csv", "--page", "raw", "--launch-count", "8",
                "--kernel-name", "regex:" + "|".join(names), "--metrics", ",".join(NCU_METRICS),
-               sys.executable, "-m", "kernels.judge", str(req_path), str(out_path)]
+               sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp, timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -9,8 +9,8 @@ import ast
 import difflib
 
 from activities.artifacts import ArtifactStore, capped, sha256_text
-from kernels.problem import get_problem, resolve_kernel
-from kernels.tunables import TunablesError, read_tunables
+from kernels.problems.spec import get_problem, resolve_kernel
+from kernels.problems.tunables import TunablesError, read_tunables
 from workflows.models import (Attempt, EditInput, ListInput, NoteInput, PrepareInput, RunSetup, ShowInput,
                               SourceRef, ToolResult, WriteInput)
 

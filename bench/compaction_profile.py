@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / ".marathon" / "bench" / "bench/results/cpu/compaction_profile.json")
     args = ap.parse_args(argv)
 
-    statement_file = ROOT / "kernels" / "kda" / "statement.md"
+    statement_file = ROOT / "kernels" / "problems" / "kda" / "statement.md"
     goal = kda_goal(statement_file.read_text() if statement_file.exists() else None)
     runs = {}
     for name, over in CONFIGS.items():

@@ -2,7 +2,7 @@
 
     python bench/device_peaks.py [--out FILE]     # default .marathon/bench/device_peaks_<gpu>.json (a raw file; bench/results keeps only ResultRecords)
 
-1. A dense bf16 matmul, 8192 x 8192 x 8192 (torch.matmul, so cuBLAS): TFLOP/s. kernels/roofline.py
+1. A dense bf16 matmul, 8192 x 8192 x 8192 (torch.matmul, so cuBLAS): TFLOP/s. kernels/evaluator/roofline.py
    takes the H200's compute floor from this figure.
 2. MLA decode's two products at B=32, H=128, S=8192 with the latent cache as both K and V, each as one
    batched cuBLAS matmul and without the softmax between them: scores = q @ kv^T (576 deep) and
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.hostinfo import host_facts  # noqa: E402
+from kernels.evaluator.hostinfo import host_facts  # noqa: E402
 
 
 def median_ms(fn, reps: int = 20) -> float:

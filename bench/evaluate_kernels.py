@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kernels.evaluator import evaluate, request_for  # noqa: E402
-from kernels.problem import parse_shape  # noqa: E402
+from kernels.evaluator.evaluate import evaluate, request_for  # noqa: E402
+from kernels.problems.spec import parse_shape  # noqa: E402
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""On a GPU: the confinement of the evaluator's processes (kernels/confinement.py, kernels/gpu_quiet.py).
+"""On a GPU: the confinement of the evaluator's processes (kernels/evaluator/confinement.py, kernels/evaluator/gpu_quiet.py).
 
     python bench/gpu_confinement.py [--out bench/results/gpu_confinement.json]
 
@@ -8,7 +8,7 @@
    gpu_shared names it and says the timing went ahead beside it.
 3. A hostile candidate past the static policy snoops /proc and the files for a key held by this
    (non-dumpable) process: the key is in no verdict.
-Not yet run on a GPU."""
+Its record: bench/results/h200/gpu_confinement.json."""
 from __future__ import annotations
 
 import argparse
@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.confinement import make_non_dumpable  # noqa: E402
-from kernels.evaluator import evaluate, request_for  # noqa: E402
+from kernels.evaluator.confinement import make_non_dumpable  # noqa: E402
+from kernels.evaluator.evaluate import evaluate, request_for  # noqa: E402
 
 HOG = "import torch, time\nx = torch.ones(1 << 20, device='cuda')\nprint('ready', flush=True)\ntime.sleep(600)\n"
 

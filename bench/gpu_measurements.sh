@@ -32,7 +32,7 @@
 #   kda-sweep      KDA tuned on the whole sweep shape set (correctness on the GPU at T not a multiple of
 #                  the chunk and K=V=64, timings, no baselines)
 #   kda-scan-nt1   bench/kda_scan_nt1.py: the scan alone on one chunk, NT specialized and not (the
-#                  one-chunk miscompile of kernels/kda/NOTES.md in its smallest known form)
+#                  one-chunk miscompile of kernels/problems/kda/NOTES.md in its smallest known form)
 #   kda-partial    bench/kda_partial_chunks.py: the tuned kernel's error per 16-row block at one-chunk and
 #                  odd lengths, by CONFIG change (~2 min)
 #   mla-tune       bench/mla_decode.py tune: MLA stage 1 in both FORMs (heads or cache rows as the products'
@@ -48,10 +48,18 @@
 #   ncu-source     metrics per SASS instruction of the KDA preparation and MLA stage 1 (bench/ncu_probe.py
 #                  --source; summarize with bench/ncu_sass_summary.py)
 #   ncu-source-mla the MLA half of ncu-source alone
+#   examples       the README's three file problems in bf16 against eager and torch.compile, as records
+#                  (bench/kernelbench_examples.sh)
+#   confinement    bench/gpu_confinement.py: fences up, a foreign process on the GPU, a snooping candidate
+#   mla-regimes    MLA tuned at B in $MLA_BATCHES (default 1 4 32) x H in 16 64 128 x S in 1024 8192 65536,
+#                  one `marathon eval` per B against torch and torch.compile, each a result record
+#   mla-plans      bench/mla_decode.py plans: launch-plan variants of the tuned kernel on every regime shape
+#   tuner-mla-state the tuner over the MLA starter's whole space through `marathon dev`, its state
+#                  directory packed as OUT_DIR/state-mla.tgz, from which `marathon report` is made anywhere
 case ${1:-} in -h|--help|"") sed -n '2,/^case /p' "$0" | sed '$d' | cut -c3-; exit 0 ;; esac
 out=${1:?output dir}; shift
 for step in "$@"; do  # refuse a misspelt name before any GPU time is spent
-  case " integrity lowp mla tuner-kda tuner-mla-all tuner-kda-all kda-shapes kda-sweep kda-scan-nt1 kda-partial mla-sweep kda-long tuner-kda-start tuner-kda-resume kda-scan-speed mla-tune mla-breakdown mla-streams ncu-source-mla kda-pick-shapes kda-forms ncu-fences ncu-source peaks ncu " in *" $step "*) ;; *) echo "unknown measurement: $step (--help lists them)" >&2; exit 2 ;; esac
+  case " integrity lowp mla tuner-kda tuner-mla-all tuner-kda-all kda-shapes kda-sweep kda-scan-nt1 kda-partial mla-sweep kda-long tuner-kda-start tuner-kda-resume kda-scan-speed mla-tune mla-breakdown mla-streams ncu-source-mla examples confinement mla-regimes mla-plans tuner-mla-state kda-pick-shapes kda-forms ncu-fences ncu-source peaks ncu " in *" $step "*) ;; *) echo "unknown measurement: $step (--help lists them)" >&2; exit 2 ;; esac
 done
 if [ -n "${MARATHON_GPU_SETUP:-}" ]; then eval "$MARATHON_GPU_SETUP" || exit 1; fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -123,6 +131,35 @@ for step in "$@"; do
         > "$out/tuner_kda_resumable.json"; echo "follow exit $?"
       kill -INT $dev; wait $dev
       tar czf "$out/artifacts.tgz" -C "$state" artifacts ;;
+    examples)
+      timeout 300 bash bench/kernelbench_examples.sh "$out" bfloat16 ;;
+    confinement)
+      timeout 200 python3 bench/gpu_confinement.py --out "$out/gpu_confinement.figures.json"; echo "exit $?"
+      python3 bench/record_verdict.py "$out/gpu_confinement.figures.json" --figures \
+        --measurement "evaluator confinement on a GPU: fences, a foreign process on the GPU, a snooping candidate" \
+        --command "python3 bench/gpu_confinement.py" --out "$out/gpu_confinement.json" ;;
+    mla-regimes)
+      for b in ${MLA_BATCHES:-1 4 32}; do
+        shapes=(); for h in 16 64 128; do for s in 1024 8192 65536; do shapes+=(--shape "B=$b,H=$h,S=$s"); done; done
+        cmd="python3 marathon.py eval --problem mla_decode --kernel tuned --device cuda --timeout 240 ${shapes[*]} --json"
+        timeout 280 $cmd > "$out/mla_regimes_B$b.verdict.json"; echo "B=$b: exit $?"
+        python3 bench/record_verdict.py "$out/mla_regimes_B$b.verdict.json" --command "$cmd" \
+          --measurement "mla_decode tuned at B=$b over H in 16,64,128 and S in 1024,8192,65536 against torch and torch.compile" \
+          --out "$out/mla_decode_tuned_regimes_B$b.json"
+      done ;;
+    mla-plans)
+      timeout 500 python3 bench/mla_decode.py plans --out "$out" > "$out/mla_plans.log" 2>&1; echo "exit $?"
+      tail -3 "$out/mla_plans.log" ;;
+    tuner-mla-state)
+      state=/tmp/marathon-state-mla
+      python3 marathon.py dev --state-dir "$state" --gpus auto > "$out/dev_mla.log" 2>&1 & dev=$!
+      for _ in $(seq 120); do grep -q serving "$out/dev_mla.log" && break; sleep 1; done
+      python3 marathon.py run --address localhost:7233 --problem mla_decode --kernel starter --policy tuner \
+        --device cuda --hours 0.1 --workflow-id mla-tuner-gpu --detach
+      timeout 400 python3 marathon.py follow --address localhost:7233 --workflow-id mla-tuner-gpu --json \
+        > "$out/tuner_mla_state.json"; echo "follow exit $?"
+      kill -INT $dev; wait $dev
+      tar czf "$out/state-mla.tgz" -C "$state/.." "$(basename "$state")"; ls -la "$out/state-mla.tgz" ;;
     kda-scan-speed)
       timeout 45 python3 bench/kda_scan_forms.py speed --out "$out/kda_scan_speed.json" ;;
     mla-tune)  # stage-1 variants (both FORMs) x split counts per regime, then merge/PDL; the pick's diagnosis
@@ -134,7 +171,7 @@ for step in "$@"; do
     ncu-source-mla)  # per-SASS-instruction warp stall samples of MLA stage 1 alone
       timeout 120 python3 bench/ncu_probe.py --out "$out" --source _mla_split_kernel --problem mla_decode ;;
     kda-pick-shapes)  # kda-forms' pick at the three headline shapes, unless it is what is shipped
-      best=$(python3 -c "import json; from kernels.kda.tuned import CONFIG
+      best=$(python3 -c "import json; from kernels.problems.kda.tuned import CONFIG
 b = json.load(open('$out/kda_tune.json'))['best']; print('' if b == CONFIG else json.dumps(b))")
       if [ -z "$best" ]; then echo "the pick is the shipped CONFIG: nothing to judge"
       else mkdir -p "$out/pick"; timeout 320 python3 bench/kda.py eval --kernel tuned --config "$best" --shapes 3 \
@@ -149,7 +186,7 @@ b = json.load(open('$out/kda_tune.json'))['best']; print('' if b == CONFIG else 
     peaks)  # the GPU's own bf16 GEMM rate, MLA's B=32 products done by cuBLAS alone, a device copy
       timeout 120 python3 bench/device_peaks.py --out "$out/device_peaks.json" ;;
     ncu)
-      # KDA first: its preparation is the kernel whose bound matters most (kernels/kda/NOTES.md)
+      # KDA first: its preparation is the kernel whose bound matters most (kernels/problems/kda/NOTES.md)
       timeout 300 python3 bench/ncu_probe.py --out "$out" --problem kda --problem mla_decode ;;
   esac
 done

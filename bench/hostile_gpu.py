@@ -1,6 +1,6 @@
 """The GPU half of the hostile suite, and the no-false-rejection check on a real GPU.
 
-    python bench/hostile_gpu.py [--out .marathon/bench/hostile_gpu.json @1f96b0a] [--budget 200] [--workers 4]
+    python bench/hostile_gpu.py [--out .marathon/bench/hostile_gpu.json] [--budget 200] [--workers 4]
 
 1. A quick honest control first. If the sandbox's fences (seccomp, Landlock, network namespace)
    break honest work on this machine, they are switched off one at a time until the control passes,
@@ -31,9 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.evaluator import EvalRequest  # noqa: E402
-from kernels.problem import get_problem, resolve_kernel  # noqa: E402
-from kernels.verdict import Verdict  # noqa: E402
+from kernels.evaluator.evaluate import EvalRequest  # noqa: E402
+from kernels.problems.spec import get_problem, resolve_kernel  # noqa: E402
+from kernels.evaluator.verdict import Verdict  # noqa: E402
 
 HOSTILE = ROOT / "tests" / "hostile"
 BYPASS = {"MARATHON_UNSAFE_SKIP_POLICY": "1"}
@@ -103,7 +103,7 @@ def run_judge(it: dict, fence_env: dict) -> dict:
         env = {**os.environ, **fence_env, **it["env"]}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         try:
-            proc = subprocess.run([sys.executable, "-m", "kernels.judge", str(req_path), str(out_path)],
+            proc = subprocess.run([sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)],
                                   capture_output=True, text=True, timeout=it["timeout"] + 240, cwd=tmp, env=env)
         except subprocess.TimeoutExpired:
             return {"name": it["name"], "expect": it["expect"], "status": "judge-timeout", "pass": False,
@@ -133,7 +133,7 @@ def run_judge(it: dict, fence_env: dict) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench" / "hostile_gpu.json @1f96b0a"))
+    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench" / "hostile_gpu.json"))
     ap.add_argument("--budget", type=float, default=200.0, help="seconds; later items are skipped")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the plumbing (with --only)")

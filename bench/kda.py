@@ -1,5 +1,5 @@
 """KDA on a GPU: tune the `tuned` kernel's CONFIG, time it against the starter and FLA's chunk_kda,
-and judge starter and tuned with `marathon eval` semantics (kernels.evaluator.evaluate).
+and judge starter and tuned with `marathon eval` semantics (kernels.evaluator.evaluate.evaluate).
 
     python bench/kda.py all  [--out DIR] [--budget-s 270]   # tune, then judge with the pick
     python bench/kda.py tune [--out DIR]
@@ -7,17 +7,17 @@ and judge starter and tuned with `marathon eval` semantics (kernels.evaluator.ev
     python bench/kda.py all --device cpu                     # a dry run in the Triton interpreter
     python bench/kda.py all --preset forms --shapes 1 --kernel tuned   # FORMS_PREP / FORMS_SCAN at B=1,T=8192
 
-`tune` imports kernels/kda/tuned.py in this process, rewrites its CONFIG dict and times with CUDA
+`tune` imports kernels/problems/kda/tuned.py in this process, rewrites its CONFIG dict and times with CUDA
 graphs (the L2 flushed before every replay, median of 30): first each preparation-kernel variant
 alone (the scan launch skipped), then each scan variant alone (the preparation skipped), then the
 best pair end to end on every shape, checked against the fp32 reference, beside FLA's chunk_kda and
 the starter on the same inputs. Kernels are compiled first in parallel worker processes, which fill
 the Triton cache that the timing loop and the judge's sandbox then share.
 
-`eval` goes through kernels.evaluator.evaluate exactly like `marathon eval` (sandbox, 3 fresh seeds
+`eval` goes through kernels.evaluator.evaluate.evaluate exactly like `marathon eval` (sandbox, 3 fresh seeds
 per shape, L2 flush, baselines in the same run, CUDA-graph figure) on the headline shapes: the bench
 shape B=1,T=8192,H=32,K=V=128, then B=8,T=4096 and B=1,T=32768. The tuned source is the shipped
-file with its CONFIG literal replaced by the pick (kernels.tunables.with_config).
+file with its CONFIG literal replaced by the pick (kernels.problems.tunables.with_config).
 
 Writes to --out: kda_<kernel>_headline.json (the raw verdict, exactly `marathon eval --json`, under
 "verdict", with GPU, driver, torch and triton beside it) and kda_tune.json."""
@@ -36,14 +36,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.evaluator import EvalRequest, evaluate, request_for  # noqa: E402
-from kernels.judge import compare  # noqa: E402
-from kernels.hostinfo import host_facts  # noqa: E402
-from kernels.problem import get_problem  # noqa: E402
-from kernels.tunables import read_tunables, with_config  # noqa: E402
+from kernels.evaluator.evaluate import EvalRequest, evaluate, request_for  # noqa: E402
+from kernels.evaluator.judge import compare  # noqa: E402
+from kernels.evaluator.hostinfo import host_facts  # noqa: E402
+from kernels.problems.spec import get_problem  # noqa: E402
+from kernels.problems.tunables import read_tunables, with_config  # noqa: E402
 
 PROBLEM = "kda"
-TUNED_PATH = ROOT / "kernels" / "kda" / "tuned.py"
+TUNED_PATH = ROOT / "kernels" / "problems" / "kda" / "tuned.py"
 HEADLINE = [{"B": 1, "T": 8192, "H": 32, "K": 128, "V": 128},
             {"B": 8, "T": 4096, "H": 32, "K": 128, "V": 128},
             {"B": 1, "T": 32768, "H": 32, "K": 128, "V": 128}]
@@ -59,7 +59,7 @@ PREP_GRID = {"PREP_WARPS": (4, 8), "PREP_BK": (64, 128), "PREP_BV": (64, 128)}
 SCAN_GRID = {"SCAN_BV": (16, 32), "SCAN_WARPS": (4, 8), "SCAN_STAGES": (2, 3, 4)}
 SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_STAGES_MANY": (2, 3)}
 # `--preset forms`: instead of the grids, a few changes to the shipped CONFIG, each timed alone. The
-# ones measured slower are out of the list (kernels/kda/NOTES.md and
+# ones measured slower are out of the list (kernels/problems/kda/NOTES.md and
 # kda_forms_tune*.json: register caps, the "columns" form, 2 warps, PREP_GLAST "carry", tf32x3 and
 # ieee inverses, 2 scan stages); the launch order was within noise at B=1,T=8192.
 # Cache prefetches and a per-head scan start (both slower, code gone: kda_forms_tune.json @e82139e,
@@ -89,13 +89,13 @@ def grid(base: dict, knobs: dict) -> list[dict]:
 
 def _inputs(shape: dict, seed: int, device: str) -> dict:
     import torch
-    from kernels.kda.reference import make_inputs
+    from kernels.problems.kda.reference import make_inputs
     return make_inputs(shape, seed, device, torch.bfloat16 if device == "cuda" else torch.float16)
 
 
 def _load(name: str):
     import importlib
-    return importlib.import_module(f"kernels.kda.{name}")
+    return importlib.import_module(f"kernels.problems.kda.{name}")
 
 
 class Timer:
@@ -103,7 +103,7 @@ class Timer:
     clock of the interpreter, not meaningful)."""
 
     def __init__(self, device: str, reps: int = 30) -> None:
-        from kernels.timing import L2Flush
+        from kernels.evaluator.timing import L2Flush
         self.device, self.reps = device, reps
         self.flush = L2Flush(device) if device == "cuda" else None
 
@@ -112,7 +112,7 @@ class Timer:
             t0 = time.perf_counter()
             fn()
             return 1e6 * (time.perf_counter() - t0)
-        from kernels.timing import captured, median_event_us
+        from kernels.evaluator.timing import captured, median_event_us
         return median_event_us(captured(fn).replay, self.flush, self.reps)
 
 
@@ -154,8 +154,8 @@ def tune(out_dir: Path, device: str, deadline: float, workers: int = 8, preset: 
     import multiprocessing as mp
 
     import torch
-    from kernels.kda.baselines import baselines
-    from kernels.kda.reference import reference
+    from kernels.problems.kda.baselines import baselines
+    from kernels.problems.kda.reference import reference
 
     t0 = time.time()
     spec = get_problem(PROBLEM)

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-TUNED = ROOT / "kernels" / "kda" / "tuned.py"
+TUNED = ROOT / "kernels" / "problems" / "kda" / "tuned.py"
 FULL = {"B": 1, "H": 32, "K": 128, "V": 128}
 # T below, at and past a chunk (64) and a sub-chunk (16); the sweep's odd lengths; one chunk-aligned
 SHAPES = [{**FULL, "T": t} for t in (1, 2, 4, 16, 17, 32, 48, 49, 63, 64, 65, 127, 1000, 2049, 1024)] + [
@@ -47,14 +47,14 @@ def run_job(job: tuple[str, dict, list[dict], list[str], str]) -> list[dict]:
     """One source and CONFIG change over its shapes, seeds 0..2 (the three gate cases) and dtypes."""
     source, change, shapes, dtypes, device = job
     import torch
-    from kernels.judge import compare  # the evaluator's own relative error
-    from kernels.kda.reference import make_inputs, reference
+    from kernels.evaluator.judge import compare  # the evaluator's own relative error
+    from kernels.problems.kda.reference import make_inputs, reference
 
     def rel(out, ref) -> float:
         return compare(out, ref)[0]
 
     if source in BASELINES:  # a baseline, as a check of the reference at these lengths
-        from kernels.kda import baselines
+        from kernels.problems.kda import baselines
         fn = baselines._fla_chunk_kda() if source == "fla" else baselines.kda_chunked_torch
     else:
         mod = _load(Path(source))
@@ -96,7 +96,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--device", default="cuda", help="cpu: a dry run in the Triton interpreter at T=17 and 63, K=V=32")
     args = ap.parse_args()
-    from kernels.hostinfo import host_facts
+    from kernels.evaluator.hostinfo import host_facts
     shapes, change_shapes, low = SHAPES, CHANGE_SHAPES, "bfloat16"
     if args.device == "cpu":  # the interpreter: tiny shapes, fp16 for bf16 (its bf16 loads are garbage)
         shapes = change_shapes = [{"B": 1, "T": t, "H": 2, "K": 32, "V": 32} for t in (17, 63)]

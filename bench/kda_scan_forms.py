@@ -3,7 +3,7 @@
     python bench/kda_scan_forms.py [--T 4096] [--H 2] [--out FILE]          precision (CPU)
     python bench/kda_scan_forms.py speed [--out FILE]                       speed (an H200)
 
-Both start from the same per-chunk quantities (chunk 64; the WY form of kernels/kda/tuned.py):
+Both start from the same per-chunk quantities (chunk 64; the WY form of kernels/problems/kda/tuned.py):
 w = T diag(beta) (exp(G) K), u0 = T diag(beta) V, qg = scale exp(G) Q, kd = exp(G_last - G) K,
 M (scaled, causal) and gl = exp(G_last), computed here in fp64 and rounded to bf16 where a kernel
 would store them.
@@ -163,9 +163,9 @@ def scan_transition_triton(w, u0, qg, kd, M, gl, T):
 
 
 def speed(out_path: Path) -> dict:
-    from kernels.hostinfo import host_facts
-    from kernels.kda import tuned
-    from kernels.timing import L2Flush, captured, median_event_us
+    from kernels.evaluator.hostinfo import host_facts
+    from kernels.problems.kda import tuned
+    from kernels.evaluator.timing import L2Flush, captured, median_event_us
     B, T, H, K, V = 1, 8192, 32, 128, 128
     BT = 64
     NT = T // BT
@@ -210,7 +210,7 @@ def speed(out_path: Path) -> dict:
 
 
 def rel(out, ref) -> float:
-    from kernels.judge import compare
+    from kernels.evaluator.judge import compare
     return compare(out, ref)[0]
 
 
@@ -219,14 +219,14 @@ def main() -> int:
     ap.add_argument("mode", nargs="?", default="precision", choices=("precision", "speed"))
     ap.add_argument("--T", type=int, default=4096)
     ap.add_argument("--H", type=int, default=2)
-    ap.add_argument("--out", default=None, help="default: .marathon/bench/kda_scan_forms.json @29f1eae or kda_scan_speed.json @e776486")
+    ap.add_argument("--out", default=None, help="default: .marathon/bench/kda_scan_forms.json or kda_scan_speed.json")
     args = ap.parse_args()
     results = ROOT / ".marathon" / "bench"
     if args.mode == "speed":
-        speed(Path(args.out or results / "kda_scan_speed.json @e776486"))
+        speed(Path(args.out or results / "kda_scan_speed.json"))
         return 0
-    args.out = args.out or str(results / "kda_scan_forms.json @29f1eae")
-    from kernels.kda.reference import make_inputs
+    args.out = args.out or str(results / "kda_scan_forms.json")
+    from kernels.problems.kda.reference import make_inputs
     shape = {"B": 1, "T": args.T, "H": args.H, "K": 128, "V": 128}
     rows = []
     for seed, case in ((0, "logsigmoid"), (1, "constant"), (2, "uniform"), (0, "slow")):

@@ -27,9 +27,9 @@ def main() -> int:
     import torch
     import triton
 
-    from kernels.hostinfo import host_facts
-    from kernels.judge import compare  # the evaluator's own relative error
-    from kernels.kda import tuned
+    from kernels.evaluator.hostinfo import host_facts
+    from kernels.evaluator.judge import compare  # the evaluator's own relative error
+    from kernels.problems.kda import tuned
 
     dev, BH, BT, BK, BVP, T = args.device, args.heads, 64, 128, 128, 63
     cfg = tuned.CONFIG

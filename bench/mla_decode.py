@@ -2,32 +2,33 @@
 
     python bench/mla_decode.py tune  [--out DIR]                 # sweep CONFIGs, pick one
     python bench/mla_decode.py eval  [--kernel tuned --kernel starter] [--set headline --set sweep]
-                                     [--config JSON | --best-from DIR/mla_decode_tune.json @7677c6f]
+                                     [--config JSON | --best-from DIR/mla_decode_tune.json]
     python bench/mla_decode.py all   [--out DIR] [--budget-s 220]  # tune, then eval with the pick
     python bench/mla_decode.py breakdown [--out DIR] [--part streams|configs|scaling]  # B=1: whole call,
                                      # stage 1 alone, merge alone; stage 1's cache stream without its math
                                      # (STREAMS); the shipped stage 1 as S grows (SCALING_*)
+    python bench/mla_decode.py plans [--out DIR]                 # PLAN_VARIANTS on every regime shape
 
 `tune` imports the kernel module in this process and rewrites its CONFIG dict. Each configuration is
 checked against the fp32 reference and timed as a CUDA graph replayed after a 256 MB L2 flush (median
 of 30): the GPU time alone. Eager timings at B=1 mostly measure the host (Python launch overhead
 against the flush's duration), so they rank nothing; the tune prints them for the finalists only.
-The launcher has two regimes (kernels/mla_decode/tuned.py): the SMALL_* stage-1 keys are tuned on the
+The launcher has two regimes (kernels/problems/mla_decode/tuned.py): the SMALL_* stage-1 keys are tuned on the
 bench shape (B=1, H=64, S=8192), the plain keys on B=32, H=128, S=8192; then the merge kernel's shape
 and the programmatic dependent launch are tuned on both. Stage-1 variants are compiled first in
 parallel worker processes, which fill Triton's on-disk cache for the timing loop. A diagnosis of the
 pick follows: stage 1 alone against the whole call, host time per call, two empty Triton launches,
 and a device copy of the cache (a bandwidth yardstick), all timed the same way.
 
-`eval` goes through kernels.evaluator.evaluate, exactly like `marathon eval` (sandbox, 3 fresh seeds,
+`eval` goes through kernels.evaluator.evaluate.evaluate, exactly like `marathon eval` (sandbox, 3 fresh seeds,
 L2 flush, baselines in the same run, CUDA-graph figure); the tuned source is the shipped file with
-its CONFIG literal replaced (kernels.tunables.with_config) when a config is given.
+its CONFIG literal replaced (kernels.problems.tunables.with_config) when a config is given.
 
 Shape sets: `bench` (B=1,H=64,S=8192), `extra` (B=32,H=128,S=8192), `headline` (both, in one
 evaluation) and `sweep` (the problem's sweep); `tiny` for a dry run on the CPU (--device cpu).
 
 Writes to --out: mla_decode_<kernel>_<set>.json (the raw verdict, exactly `marathon eval --json`,
-under "verdict", with the host facts beside it), mla_decode_tune.json @7677c6f, and mla_decode_summary.json @7677c6f
+under "verdict", with the host facts beside it), mla_decode_tune.json, and mla_decode_summary.json
 (GPU, driver, torch, triton; per kernel and shape: latency, CUDA-graph latency, % of the roofline
 floor, achieved HBM bandwidth = min bytes / latency and its share of the 4.3 TB/s measured peak)."""
 from __future__ import annotations
@@ -46,19 +47,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.evaluator import EvalRequest, evaluate, request_for  # noqa: E402
-from kernels.judge import compare  # noqa: E402
-from kernels.hostinfo import host_facts  # noqa: E402
-from kernels.problem import get_problem  # noqa: E402
-from kernels.tunables import read_tunables, with_config  # noqa: E402
+from kernels.evaluator.evaluate import EvalRequest, evaluate, request_for  # noqa: E402
+from kernels.evaluator.judge import compare  # noqa: E402
+from kernels.evaluator.hostinfo import host_facts  # noqa: E402
+from kernels.problems.spec import get_problem  # noqa: E402
+from kernels.problems.tunables import read_tunables, with_config  # noqa: E402
 
 PROBLEM = "mla_decode"
-PEAK_HBM = 4.3e12  # bytes/s: a device-to-device copy on this workplace's H200s (kernels/roofline.py)
+PEAK_HBM = 4.3e12  # bytes/s: a device-to-device copy on this workplace's H200s (kernels/evaluator/roofline.py)
 BENCH = {"B": 1, "H": 64, "S": 8192}
 EXTRA = {"B": 32, "H": 128, "S": 8192}
 SETS = {"bench": [BENCH], "extra": [EXTRA], "headline": [BENCH, EXTRA],
         "tiny": [{"B": 1, "H": 4, "S": 100}, {"B": 2, "H": 3, "S": 37}]}  # tiny: a dry run on the CPU
-TUNED_PATH = ROOT / "kernels" / "mla_decode" / "tuned.py"
+TUNED_PATH = ROOT / "kernels" / "problems" / "mla_decode" / "tuned.py"
 
 # Stage-1 variants worth timing: (BLOCK_H, BLOCK_N, num_warps, num_stages). Pruned ahead of time by
 # compiling every combination for sm_90 on a CPU host (triton.compile + cuobjdump): BLOCK_H=64 with 4
@@ -69,7 +70,7 @@ STAGE1 = [
     (32, 16, 8, 2), (32, 32, 8, 2), (32, 32, 8, 3), (32, 64, 8, 2), (32, 32, 4, 2),
     (16, 16, 4, 2), (16, 32, 4, 2), (16, 32, 4, 3), (16, 32, 8, 2), (16, 64, 8, 2),
     # two 8-row MMA slices per warp instead of one: twice the independent chains, half the tiles
-    # (the B=1 stage 1 looks latency-bound; kernels/mla_decode/NOTES.md)
+    # (the B=1 stage 1 looks latency-bound; kernels/problems/mla_decode/NOTES.md)
     (16, 64, 4, 2),
     # FORM "tokens" (cache rows as the products' M, so wgmma at any head block). Compiled for sm_90 on
     # a CPU host first (bench/sm90_resources.py): 64-row tiles take 168-229 KB of shared memory at 2
@@ -98,7 +99,7 @@ def stage1_config(base: dict, pre: str, variant: tuple, waves: float) -> dict:
 
 def _inputs(shape: dict, seed: int = 0, device: str = "cuda"):
     import torch
-    from kernels.mla_decode.reference import make_inputs
+    from kernels.problems.mla_decode.reference import make_inputs
     return make_inputs(shape, seed, device, torch.bfloat16 if device == "cuda" else torch.float16)
 
 
@@ -107,18 +108,18 @@ class Timer:
     (events around the Python call: the host's launch cost shows when it outlasts the flush)."""
 
     def __init__(self, device: str, reps: int = 30, flush: str = "read") -> None:
-        from kernels.timing import L2Flush
+        from kernels.evaluator.timing import L2Flush
         self.device, self.reps = device, reps
         self.flush = L2Flush(device, flush) if device == "cuda" else None
 
     def _events(self, launch) -> float:
-        from kernels.timing import median_event_us
+        from kernels.evaluator.timing import median_event_us
         return median_event_us(launch, self.flush, self.reps)
 
     def graph_us(self, fn) -> float:
         if self.device != "cuda":
             return self.host_us(fn)
-        from kernels.timing import captured
+        from kernels.evaluator.timing import captured
         return self._events(captured(fn).replay)
 
     def eager_us(self, fn) -> float:
@@ -146,7 +147,7 @@ class Timer:
 
 def _load_tuned():
     import importlib
-    return importlib.import_module("kernels.mla_decode.tuned")
+    return importlib.import_module("kernels.problems.mla_decode.tuned")
 
 
 def _warm(job: tuple[list[dict], dict, str]) -> str | None:
@@ -180,7 +181,7 @@ def tune(out_dir: Path, workers: int = 8, deadline: float | None = None, device:
     import multiprocessing as mp
 
     import torch
-    from kernels.mla_decode.reference import reference
+    from kernels.problems.mla_decode.reference import reference
 
     regimes = REGIMES if device == "cuda" else (("SMALL_", SETS["tiny"][0]), ("", SETS["tiny"][1]))
     base = base_config()
@@ -283,7 +284,7 @@ def tune(out_dir: Path, workers: int = 8, deadline: float | None = None, device:
         final = None
     result = {"shapes": shapes, "host": host_facts(), "flush": flush, "phase1": phase1, "phase2": phase2,
               "best": best, "best_row": final, "diagnosis": diag, "elapsed_s": round(time.time() - t0, 1)}
-    (out_dir / "mla_decode_tune.json @7677c6f").write_text(json.dumps(result, indent=1))
+    (out_dir / "mla_decode_tune.json").write_text(json.dumps(result, indent=1))
     print("\nphase 1 leaders (graph us on the regime's shape):")
     for pre, rows in phase1.items():
         for row in ranked(rows, 1)[:5]:
@@ -331,11 +332,11 @@ def diagnose(mod, cfg: dict, data: dict, shapes: list[dict], timer: Timer) -> di
 
 def study(out_dir: Path, device: str = "cuda") -> dict:
     """What the L2 flush itself costs a timed call: the same yardsticks and kernels timed after a
-    read flush (clean L2, what kernels/timing.py does) and after a write flush (dirty L2, what it did
+    read flush (clean L2, what kernels/evaluator/timing.py does) and after a write flush (dirty L2, what it did
     before 2026-12-02 and what triton.testing.do_bench does). CUDA graphs, median of 30."""
     import torch
     import triton
-    from kernels.mla_decode import baselines
+    from kernels.problems.mla_decode import baselines
 
     @triton.jit
     def _empty(x_ptr):
@@ -477,7 +478,7 @@ BREAKDOWN_PARTS = ("streams", "configs", "scaling")
 def breakdown(out_dir: Path, device: str = "cuda", parts: tuple = BREAKDOWN_PARTS) -> dict:
     """Where the B=1 time goes, per configuration (_split_times), CUDA graphs after an L2 flush, the
     split count and workspace size beside them; then the shipped stage 1 as S grows (SCALING)."""
-    from kernels.mla_decode.reference import reference
+    from kernels.problems.mla_decode.reference import reference
 
     mod = _load_tuned()
     timer = Timer(device)
@@ -505,8 +506,65 @@ def breakdown(out_dir: Path, device: str = "cuda", parts: tuple = BREAKDOWN_PART
         scaling.append(row)
         print(json.dumps(row), flush=True)
     result = {"host": host_facts(), "shape": BENCH, "rows": rows, "streams": streams, "scaling": scaling}
-    name = "mla_decode_breakdown.json @bb2fa31" if set(parts) == set(BREAKDOWN_PARTS) else f"mla_decode_{'_'.join(parts)}.json"
+    name = "mla_decode_breakdown.json" if set(parts) == set(BREAKDOWN_PARTS) else f"mla_decode_{'_'.join(parts)}.json"
     (out_dir / name).write_text(json.dumps(result, indent=1))
+    return result
+
+
+# Launch plans tried over the regime table (bench/gpu_measurements.sh mla-regimes): CONFIG overrides
+# of the shipped kernel, each checked against the reference and timed on every shape.
+PLAN_VARIANTS = {
+    "shipped": {},
+    "large_tiles": {"SMALL_BELOW": 0},
+    "large_tiles_2_waves": {"SMALL_BELOW": 0, "SPLIT_WAVES": 2},
+    "large_tiles_4_waves": {"SMALL_BELOW": 0, "SPLIT_WAVES": 4},
+    "small_2_waves": {"SMALL_SPLIT_WAVES": 2},
+    "small_4_waves": {"SMALL_SPLIT_WAVES": 4},
+    "small_32_heads": {"SMALL_BLOCK_H": 32},
+    "small_64_heads": {"SMALL_BLOCK_H": 64, "SMALL_num_warps": 8},
+}
+REGIME_SHAPES = [{"B": b, "H": h, "S": s} for b in (1, 4, 32) for h in (16, 64, 128) for s in (1024, 8192, 65536)]
+
+
+def plans(out_dir: Path, device: str = "cuda") -> dict:
+    """Every PLAN_VARIANTS entry on every regime shape: relative error and CUDA-graph time after an
+    L2 flush, then the fastest correct variant per shape against the shipped plan."""
+    import torch
+    from kernels.problems.mla_decode.reference import reference
+
+    mod = _load_tuned()
+    timer = Timer(device)
+    shipped = dict(mod.CONFIG)
+    rows = []
+    for shape in (REGIME_SHAPES if device == "cuda" else SETS["tiny"]):
+        inp = _inputs(shape, seed=1, device=device)
+        ref = reference(**inp)
+        for name, over in PLAN_VARIANTS.items():
+            mod.CONFIG.clear()
+            mod.CONFIG.update({**shipped, **over})
+            row = {"shape": shape, "variant": name, "plan": list(mod.plan(shape["B"], shape["H"], shape["S"]))}
+            try:
+                row["rel_err"] = compare(mod.mla_decode(**inp).float(), ref)[0]
+                row["graph_us"] = timer.graph_us(lambda: mod.mla_decode(**inp))
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        del inp, ref
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    mod.CONFIG.clear()
+    mod.CONFIG.update(shipped)
+    best = []
+    for shape in {json.dumps(r["shape"]) for r in rows}:
+        mine = [r for r in rows if json.dumps(r["shape"]) == shape and "graph_us" in r and r["rel_err"] < 2e-2]
+        if mine:
+            top = min(mine, key=lambda r: r["graph_us"])
+            base = next((r for r in mine if r["variant"] == "shipped"), None)
+            best.append({"shape": top["shape"], "variant": top["variant"], "graph_us": top["graph_us"],
+                         "shipped_us": base and base["graph_us"]})
+    result = {"host": host_facts(), "variants": PLAN_VARIANTS, "rows": rows, "best": best}
+    (out_dir / "mla_decode_plans.json").write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -587,15 +645,15 @@ def summarize(records: list[dict], tune_result: dict | None, out_dir: Path, show
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=("tune", "eval", "all", "study", "breakdown"))
+    ap.add_argument("mode", choices=("tune", "eval", "all", "study", "breakdown", "plans"))
     ap.add_argument("--flush", default="read", choices=("read", "write"),
-                    help="tune: the L2 flush before each timed replay (kernels/timing.py L2Flush)")
+                    help="tune: the L2 flush before each timed replay (kernels/evaluator/timing.py L2Flush)")
     ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench"))
     ap.add_argument("--kernel", action="append", default=None, help="eval: starter and/or tuned (default both)")
     ap.add_argument("--set", action="append", default=None,
                     help="eval: bench, extra, headline, sweep (default headline)")
     ap.add_argument("--config", default=None, help="eval: a JSON CONFIG for tuned instead of the file's")
-    ap.add_argument("--best-from", default=None, help="eval: take tuned's CONFIG from a mla_decode_tune.json @7677c6f")
+    ap.add_argument("--best-from", default=None, help="eval: take tuned's CONFIG from a mla_decode_tune.json")
     ap.add_argument("--no-baselines", action="append", default=[], metavar="KERNEL",
                     help="eval: skip the baselines for this kernel's evaluations (repeatable)")
     ap.add_argument("--no-baselines-set", action="append", default=[], metavar="SET",
@@ -621,6 +679,9 @@ def main() -> int:
 
     if args.mode == "study":
         study(out_dir, args.device)
+        return 0
+    if args.mode == "plans":
+        plans(out_dir, args.device)
         return 0
     if args.mode == "breakdown":
         breakdown(out_dir, args.device, tuple(args.part or BREAKDOWN_PARTS))

@@ -41,11 +41,11 @@ def run_kernel(problem: str) -> None:
     """Child mode: the tuned kernel at the problem's first bench shape, three calls (ncu profiles the last)."""
     import torch
 
-    from kernels.problem import get_problem
+    from kernels.problems.spec import get_problem
     spec = get_problem(problem)
     shape = spec.shapes("bench")[0]
-    ref_mod = __import__(f"kernels.{problem}.reference", fromlist=["make_inputs"])
-    tuned = __import__(f"kernels.{problem}.tuned", fromlist=["x"])
+    ref_mod = __import__(f"kernels.problems.{problem}.reference", fromlist=["make_inputs"])
+    tuned = __import__(f"kernels.problems.{problem}.tuned", fromlist=["x"])
     entry = getattr(tuned, spec.entry_point)
     inputs = ref_mod.make_inputs(shape, 0, "cuda", torch.bfloat16)
     for _ in range(3):
@@ -65,8 +65,8 @@ def main() -> int:
         run_kernel(args.child)
         return 0
     from activities.evaluation import ncu_metrics, ncu_path
-    from kernels.evaluator import request_for
-    from kernels.problem import get_problem
+    from kernels.evaluator.evaluate import request_for
+    from kernels.problems.spec import get_problem
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     ncu = ncu_path()
@@ -95,7 +95,7 @@ def main() -> int:
         (out / f"ncu_source_{args.source.strip('_')}.json").write_text(json.dumps(record, indent=2))
         return 0
     if args.fences:
-        from kernels.judge import FENCE_SWITCHES
+        from kernels.evaluator.judge import FENCE_SWITCHES
         problem = (args.problem or ["kda"])[0]
         spec = get_problem(problem)
         req = request_for(problem, "tuned", device="cuda", shapes=[spec.shapes("bench")[0]])

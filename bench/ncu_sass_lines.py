@@ -1,8 +1,9 @@
 """Where a kernel's warps wait, by line of Python source: ncu's per-SASS-instruction CSV (bench/ncu_probe.py
 --source) joined with the line table of the same kernel compiled here for sm_90.
 
-    python bench/ncu_sass_lines.py ncu_kda_prep_sass_h200.csv.gz @fd1a659 --kda-prep 128,128,4,0,0,0,0 \
+    python bench/ncu_sass_lines.py SASS.csv.gz --kda-prep 128,128,4,0,0,0,0 \
         [--top 30] [--out FILE]
+    (SASS.csv.gz: what `ncu_probe.py --source` wrote, e.g. ncu_kda_prep_sass_h200.csv.gz @fd1a659)
 
 ncu lists the instructions of the launch it profiled in address order; triton's bundled ptxas gives the same
 instructions when the kernel is compiled here as the launcher compiled it there (same triton, same

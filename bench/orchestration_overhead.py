@@ -86,7 +86,7 @@ def analyse(histories) -> dict[str, list[float]]:
 
 def body_ms(store: ArtifactStore, n: int = 300) -> float:
     """The median time of the cheap tools' plain functions alone."""
-    src = tools.source_ref((ROOT / "kernels" / "mla_decode" / "starter.py").read_text(), store, 1 << 20)
+    src = tools.source_ref((ROOT / "kernels" / "problems" / "mla_decode" / "starter.py").read_text(), store, 1 << 20)
     attempts = [Attempt(n=i, origin="write", sha256=src.sha256) for i in range(20)]
     times = []
     for i in range(n):

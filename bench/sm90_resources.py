@@ -6,8 +6,8 @@ headline shapes (pointers and the integer arguments that are multiples of 16 mar
     python bench/sm90_resources.py --kda-prep [PREP_BK,PREP_BV,warps ...] [--out FILE]  KDA preparation
     python bench/sm90_resources.py --kda-scan [SCAN_BV,warps,stages[,wq[,nt_aligned]] ...] [--out FILE]  KDA scan
 
-Prints one line per variant and writes the rows as JSON (default: .marathon/bench/mla_decode_sm90_resources.json @42ef1e3,
-or kda_prep_sm90_resources.json @7b4d36a)."""
+Prints one line per variant and writes the rows as JSON (default: .marathon/bench/mla_decode_sm90_resources.json,
+or kda_prep_sm90_resources.json)."""
 from __future__ import annotations
 
 import argparse
@@ -80,7 +80,7 @@ def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int 
 
 def resources(block_h: int, block_n: int, warps: int, stages: int, tokens: int = 0) -> dict:
     """MLA stage 1 at one tile shape, in FORM "heads" or (tokens) "tokens"."""
-    from kernels.mla_decode import tuned
+    from kernels.problems.mla_decode import tuned
     sig = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "ws_ptr": "*fp32", "o_ptr": "*bf16", "B": "i32", "H": "i32",
            "S": "i32", "split_len": "i32", "n_splits": "i32", "qk_scale": "fp32", "D_LAT": "constexpr",
            "D_ROPE": "constexpr", "BLOCK_H": "constexpr", "BLOCK_N": "constexpr", "SINGLE_SPLIT": "constexpr",
@@ -101,7 +101,7 @@ def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | No
     """The KDA preparation kernel at K = V = 128 (bf16 inputs, fp32 gates), in PREP_FORM "pairs" or
     (columns) "columns", PREP_GLAST "load" or (glast_carry) "carry", PREP_SOLVE "blocks" or (inverse)
     "inverse", PREP_STACK (stack), PREP_CENTRE (centre), W, Qg and Kd interleaved for SCAN_WQ (wq)."""
-    from kernels.kda import tuned
+    from kernels.problems.kda import tuned
     sig = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}
     sig.update({"g_ptr": "*fp32", "beta_ptr": "*bf16"})
     sig.update({n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")})
@@ -137,7 +137,7 @@ def kda_scan_resources(bv: int, warps: int, stages: int, wq: int = 0, nt_aligned
     """The KDA scan at K = V = 128 (bf16 operands) with SCAN_BV = bv, SCAN_WQ = bool(wq). NT is not
     specialized by the launcher (do_not_specialize); nt_aligned compiles it marked
     divisible by 16 as it was before, to compare the two (sass_sha1)."""
-    from kernels.kda import tuned
+    from kernels.problems.kda import tuned
     sig = {n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")}
     sig.update({"gl_ptr": "*fp32", "o_ptr": "*bf16", "T": "i32", "H": "i32", "V": "i32", "NT": "i32"})
     sig.update({n: "constexpr" for n in ("BT", "BK", "BV", "BVP", "USE_PDL", "WQ")})

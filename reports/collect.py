@@ -18,7 +18,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.artifacts import ArtifactStore
 from compaction.text import one_line
-from kernels.verdict import Verdict
+from kernels.evaluator.verdict import Verdict
 from workflows import names
 from workflows.models import Attempt, BestReport, EvalResult, RunReport, RunSetup, RunSpec, RunStatus
 

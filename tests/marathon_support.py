@@ -12,12 +12,12 @@ from temporalio.client import Client, WorkflowHandle
 
 import worker
 from activities.artifacts import ArtifactStore
-from kernels.tunables import with_config
+from kernels.problems.tunables import with_config
 from workflows import names
 from workflows.models import RunReport, RunSpec
 
 ROOT = Path(__file__).resolve().parent.parent
-STARTER_MLA = (ROOT / "kernels" / "mla_decode" / "starter.py").read_text()
+STARTER_MLA = (ROOT / "kernels" / "problems" / "mla_decode" / "starter.py").read_text()
 
 
 def mla_variant(**config: Any) -> str:

@@ -12,7 +12,7 @@ from activities.artifacts import ArtifactStore, capped, sha256_text
 from activities.evaluation import describe, digest, ncu_path
 from activities.model import agent_turn_impl, chat_completion, retry_after
 from fake_openai import FakeOpenAI, Reply, completion, error
-from kernels.verdict import ShapeResult, Timing, Verdict
+from kernels.evaluator.verdict import ShapeResult, Timing, Verdict
 from marathon_support import STARTER_MLA, mla_variant
 from workflows.models import (AgentTurnInput, Attempt, EditInput, EvalDigest, EvalSettings, ListInput, ModelSettings,
                               NoteInput, PrepareInput, ShowInput, SourceRef, WriteInput)
@@ -197,7 +197,7 @@ def test_ncu_metrics_reruns_the_judge_under_ncu(monkeypatch, tmp_path):
     import json
 
     from activities.evaluation import ncu_metrics
-    from kernels.evaluator import request_for
+    from kernels.evaluator.evaluate import request_for
     fake = tmp_path / "ncu"
     fake.write_text(
         "#!/usr/bin/env python3\n"

@@ -1,4 +1,4 @@
-"""The worker's baseline cache (kernels/baseline_cache.py): figures offered to the judge are reused
+"""The worker's baseline cache (kernels/evaluator/baseline_cache.py): figures offered to the judge are reused
 only for the same shape, device and number of calls, are labelled with their age, and expire."""
 import hashlib
 
@@ -6,9 +6,9 @@ import pytest
 
 from activities.artifacts import ArtifactStore
 from activities.evaluation import run_eval
-from kernels.baseline_cache import BaselineCache
-from kernels.evaluator import evaluate, request_for
-from kernels.verdict import KnownBaseline, ShapeResult, Timing, Verdict
+from kernels.evaluator.baseline_cache import BaselineCache
+from kernels.evaluator.evaluate import evaluate, request_for
+from kernels.evaluator.verdict import KnownBaseline, ShapeResult, Timing, Verdict
 from workflows.models import EvalInput, EvalSettings, SourceRef
 
 SMOKE_A = {"B": 1, "H": 4, "S": 100}
@@ -83,7 +83,7 @@ def test_the_judge_reuses_only_matching_figures_and_says_so():
 
 @pytest.mark.slow
 def test_a_second_profile_on_the_same_worker_reuses_the_first_ones_baselines(tmp_path):
-    from kernels.problem import get_problem, resolve_kernel
+    from kernels.problems.spec import get_problem, resolve_kernel
     _, source = resolve_kernel(get_problem("mla_decode"), "starter")
     ref = SourceRef(sha256=hashlib.sha256(source.encode()).hexdigest(), text=source, lines=source.count("\n"))
     inp = EvalInput(tool="profile_kernel", problem="mla_decode", attempt=1, source=ref,
@@ -102,7 +102,7 @@ def test_a_second_profile_on_the_same_worker_reuses_the_first_ones_baselines(tmp
 def test_a_verdict_whose_baselines_all_failed_says_so_in_its_reason():
     """The reason is what a run's ledger and the Web UI keep; a missing ratio must not look like a
     kernel without baselines (seen on an H200: one tuner profile came back with no speedups)."""
-    from kernels.judge import Judge
+    from kernels.evaluator.judge import Judge
     judge = Judge(request_for("mla_decode", "starter", device="cpu"))
     judge.verdict.shapes = [ShapeResult(shape=SMOKE_A, correct=True, latency_us=12.5)]
     judge.verdict.flags = ["baseline torch failed: RuntimeError: boom"]

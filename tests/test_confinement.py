@@ -1,5 +1,5 @@
-"""The evaluator's processes keep the worker's secrets and die with it (kernels/confinement.py), and
-a GPU judge does not time beside another process (kernels/gpu_quiet.py).
+"""The evaluator's processes keep the worker's secrets and die with it (kernels/evaluator/confinement.py), and
+a GPU judge does not time beside another process (kernels/evaluator/gpu_quiet.py).
 
 The end-to-end cases start a stand-in worker process (what worker.py does that matters here: it
 makes itself non-dumpable, holds a fake API key in its environment, and calls evaluate()), so the
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from kernels import confinement, gpu_quiet, isolation
-from kernels.evaluator import EvalRequest
-from kernels.verdict import Verdict
+from kernels.evaluator import confinement, gpu_quiet, isolation
+from kernels.evaluator.evaluate import EvalRequest
+from kernels.evaluator.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ROOT / "tests" / "hostile"
@@ -26,9 +26,9 @@ MLA = [{"B": 1, "H": 2, "S": 40}]
 
 WORKER = """
 import os, sys
-from kernels import isolation
-from kernels.confinement import make_non_dumpable
-from kernels.evaluator import EvalRequest, evaluate
+from kernels.evaluator import isolation
+from kernels.evaluator.confinement import make_non_dumpable
+from kernels.evaluator.evaluate import EvalRequest, evaluate
 if sys.argv[3] == "unprivileged":  # as a worker started by an ordinary user: no capabilities
     assert isolation.drop_capabilities()
 make_non_dumpable()
@@ -82,7 +82,7 @@ def test_non_dumpable_hides_environ_from_a_process_without_ptrace_rights(dumpabl
     """A parent without capabilities (as an ordinary user's process) holding a key starts a child,
     which also has none, as the sandbox; the child reads the parent's environ. Non-dumpable: refused;
     the dumpable control shows the read works otherwise."""
-    code = ("import os, sys\nfrom kernels import confinement, isolation\n"
+    code = ("import os, sys\nfrom kernels.evaluator import confinement, isolation\n"
             "if os.geteuid() == 0:\n"
             "    assert isolation.drop_capabilities()\n"
             "if sys.argv[1] == 'parent':\n"
@@ -101,7 +101,7 @@ def test_non_dumpable_hides_environ_from_a_process_without_ptrace_rights(dumpabl
     assert out.returncode == (11 if dumpable else 10), out.stdout + out.stderr
 
 
-DECOY = "import os, sys\nfrom kernels import isolation\nisolation.drop_capabilities()\nos.execvp('sleep', ['sleep', '300'])\n"
+DECOY = "import os, sys\nfrom kernels.evaluator import isolation\nisolation.drop_capabilities()\nos.execvp('sleep', ['sleep', '300'])\n"
 
 
 @pytest.mark.parametrize("setting", ["all-fences", "landlock-off-unprivileged-worker"])

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kernels.evaluator import EvalRequest, evaluate, request_for
-from kernels.problem import get_problem, resolve_kernel
+from kernels.evaluator.evaluate import EvalRequest, evaluate, request_for
+from kernels.problems.spec import get_problem, resolve_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 MLA_STARTER = resolve_kernel(get_problem("mla_decode"), "starter")[1]
@@ -133,7 +133,7 @@ def test_only_named_baselines_are_timed():
                                            ("mla_decode", {"B": 3, "H": 5, "S": 70})])
 def test_stacked_reference_equals_one_run_per_call(problem, shape):
     # the judge re-checks several timed calls with one reference run over their stacked inputs
-    from kernels.judge import Judge
+    from kernels.evaluator.judge import Judge
     judge = Judge(EvalRequest(problem=problem, source="", device="cpu"))
     module = judge.reference
     runs = []
@@ -153,7 +153,7 @@ def test_stacked_reference_equals_one_run_per_call(problem, shape):
 
 def test_candidate_environment(monkeypatch, tmp_path):
     # what the judge passes on to a candidate's process: no secrets, no cached autotuning picks
-    from kernels.judge import candidate_env
+    from kernels.evaluator.judge import candidate_env
     monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "1")
     monkeypatch.setenv("TRITON_API_KEY", "sk-123")
     monkeypatch.setenv("CUDA_HOME", "/opt/cuda")
@@ -169,8 +169,8 @@ def test_candidate_environment_under_ncu(monkeypatch, tmp_path):
     import json
     import os
 
-    from kernels.evaluator import PROFILER_BASE_ENV, env_digest
-    from kernels.judge import candidate_env
+    from kernels.evaluator.evaluate import PROFILER_BASE_ENV, env_digest
+    from kernels.evaluator.judge import candidate_env
     monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libmine.so")
     base = {k: env_digest(v) for k, v in os.environ.items()}
     assert "LD_PRELOAD" not in candidate_env("cuda", tmp_path, "token")
@@ -189,8 +189,8 @@ def test_probe_lengths_favour_short_sequences():
     1..1500 on a GPU, where the tuned scan once failed unseen) come up often, the range stays whole."""
     import random
 
-    from kernels.judge import probe_value
-    from kernels.problem import get_problem
+    from kernels.evaluator.judge import probe_value
+    from kernels.problems.spec import get_problem
     assert get_problem("kda").log_drawn_dims == ("T",) and get_problem("mla_decode").log_drawn_dims == ("S",)
     lo, hi = get_problem("kda").probe_ranges["cuda"]["T"]
     rng = random.Random(7)

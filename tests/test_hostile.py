@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.evaluator import EvalRequest
-from kernels.problem import get_problem, resolve_kernel
-from kernels.verdict import Verdict
+from kernels.evaluator.evaluate import EvalRequest
+from kernels.problems.spec import get_problem, resolve_kernel
+from kernels.evaluator.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ROOT / "tests" / "hostile"
@@ -175,7 +175,7 @@ def run_judge(req: EvalRequest, env: dict[str, str] | None = None, timeout: floa
         full_env = {**os.environ, **(env or {})}
         full_env[SESSION_MARK.split("=")[0]] = SESSION_MARK.split("=")[1]
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full_env.get("PYTHONPATH")]))
-        proc = subprocess.run([sys.executable, "-m", "kernels.judge", str(req_path), str(out_path)],
+        proc = subprocess.run([sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)],
                               capture_output=True, text=True, timeout=timeout, cwd=tmp, env=full_env)
         assert proc.returncode == 0 and out_path.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
         return Verdict.model_validate_json(out_path.read_text())
@@ -183,7 +183,7 @@ def run_judge(req: EvalRequest, env: dict[str, str] | None = None, timeout: floa
 
 def judge_case(case: Case) -> Verdict:
     if case.static:
-        from kernels.judge import Judge
+        from kernels.evaluator.judge import Judge
         return Judge(case.request()).run()
     env = dict(case.env)
     if case.bypass:
@@ -314,9 +314,9 @@ def test_impossible_speed_is_rejected_against_the_roofline():
 
 
 def test_suspect_speedup_is_flagged():
-    from kernels.judge import Judge
-    from kernels.roofline import DeviceProfile
-    from kernels.verdict import ShapeResult
+    from kernels.evaluator.judge import Judge
+    from kernels.evaluator.roofline import DeviceProfile
+    from kernels.evaluator.verdict import ShapeResult
     judge = Judge(Case("mla_decode:starter", "ok").request())
     judge.profile = DeviceProfile("FAST", 1e15, 1e18, 1e18, 0, "test")
     result = ShapeResult(shape=dict(MLA[0]), correct=True, latency_us=2.0, baselines={"torch": 50.0, "compile": 30.0},
@@ -344,7 +344,7 @@ def test_next_evaluation_after_abuse_is_ok(verdicts):
 
 def test_reproducibility_noise_is_a_flag_not_a_rejection():
     """Atomics make honest outputs differ in the last bits between runs: flagged, not failed."""
-    from kernels.judge import Judge, Outcome
+    from kernels.evaluator.judge import Judge, Outcome
     judge = Judge(Case("mla_decode:starter", "ok").request())
     ref = torch.randn(2, 4, 512)
     out = ref.half()
@@ -362,7 +362,7 @@ def test_reproducibility_noise_is_a_flag_not_a_rejection():
 
 def test_policy_routes_around_the_allowlist():
     """Unit checks of the static routes the hostile files do not each cover."""
-    from kernels.policy import check_source
+    from kernels.evaluator.policy import check_source
     head = "import torch\nimport triton\nimport triton.language as tl\nimport typing\nimport operator\n"
     cases = {
         "x = typing.sys.modules": "typing.sys",
@@ -383,9 +383,9 @@ def test_policy_routes_around_the_allowlist():
 
 
 def test_fence_self_test_switches_off_a_fence_that_breaks_honest_work(monkeypatch):
-    """On a new GPU machine the judge first runs its own probe kernel (kernels/fence_probe/) inside the fences; a fence that
+    """On a new GPU machine the judge first runs its own probe kernel (kernels/evaluator/fence_probe/) inside the fences; a fence that
     breaks it is switched off for that machine (and said so in the verdicts), the others stay."""
-    import kernels.judge as judge_module
+    import kernels.evaluator.judge as judge_module
 
     def fake_run(cmd, env, cwd, timeout, capture_output):
         status = "ok" if env.get("MARATHON_SANDBOX_SECCOMP") == "0" else "compile_error"

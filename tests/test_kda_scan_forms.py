@@ -9,7 +9,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import kda_scan_forms as forms  # noqa: E402
 
-from kernels.kda.reference import make_inputs  # noqa: E402
+from kernels.problems.kda.reference import make_inputs  # noqa: E402
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])  # the three gate cases

@@ -8,11 +8,11 @@ import os
 import pytest
 import torch
 
-from kernels.evaluator import evaluate, request_for
-from kernels.judge import compare
-from kernels.policy import check_source
-from kernels.problem import get_problem, resolve_kernel
-from kernels.tunables import read_tunables
+from kernels.evaluator.evaluate import evaluate, request_for
+from kernels.evaluator.judge import compare
+from kernels.evaluator.policy import check_source
+from kernels.problems.spec import get_problem, resolve_kernel
+from kernels.problems.tunables import read_tunables
 
 SPEC = get_problem("kda")
 SOURCE = resolve_kernel(SPEC, "tuned")[1]
@@ -74,7 +74,7 @@ def tuned():
     ("pairs", "load", "blocks", "none", "half", False), ("pairs", "load", "blocks", "none", "half_tots", True)])
 @pytest.mark.parametrize("case", ["g=-10", "g=0, one key, beta 0.99", "logsigmoid"])
 def test_fp32_against_reference(tuned, case, form, glast, solve, stack, centre, wq, monkeypatch):
-    from kernels.kda.reference import make_inputs, reference
+    from kernels.problems.kda.reference import make_inputs, reference
     for knob, value in (("PREP_FORM", form), ("PREP_GLAST", glast), ("PREP_SOLVE", solve), ("PREP_STACK", stack),
                         ("PREP_CENTRE", centre), ("SCAN_WQ", wq)):
         monkeypatch.setitem(tuned.CONFIG, knob, value)
@@ -99,7 +99,7 @@ def test_fp32_against_reference(tuned, case, form, glast, solve, stack, centre, 
 @pytest.mark.skipif(not CUDA, reason="needs a GPU: what failed was the sm_90 bf16 compile")
 @pytest.mark.parametrize("T, H", [(1, 4), (17, 4), (63, 4), (64, 4), (65, 4), (130, 4), (63, 1), (1000, 1)])
 def test_bf16_on_gpu_one_chunk_and_odd_lengths(T, H):
-    from kernels.kda.reference import make_inputs, reference
+    from kernels.problems.kda.reference import make_inputs, reference
     mod = _load_tuned("kda_tuned_shipped_gpu")
     limit = SPEC.tolerances["bfloat16"].rel
     for seed in range(3):  # the three gate cases

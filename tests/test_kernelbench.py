@@ -1,4 +1,4 @@
-"""KernelBench-format files as problems (kernels/kernelbench.py): the CLI and the judge on the CPU, tiny
+"""KernelBench-format files as problems (kernels/problems/kernelbench.py): the CLI and the judge on the CPU, tiny
 shapes. The problems here are written for these tests; docs/examples/ holds the README's."""
 import json
 import subprocess
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kernels.evaluator import EvalRequest, evaluate
-from kernels.problem import ProblemFileError, ShapeError, get_problem, resolve_problem
+from kernels.evaluator.evaluate import EvalRequest, evaluate
+from kernels.problems.spec import ProblemFileError, ShapeError, get_problem, resolve_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "examples"
@@ -114,8 +114,8 @@ def test_the_linear_layer_called_in_forward_is_rejected():
 
 
 def test_the_fence_self_test_kernel_passes():
-    """The evaluator's own probe (kernels/fence_probe/) passes: the fence self-test on a GPU depends on it."""
-    from kernels.judge import fence_probe_request
+    """The evaluator's own probe (kernels/evaluator/fence_probe/) passes: the fence self-test on a GPU depends on it."""
+    from kernels.evaluator.judge import fence_probe_request
     verdict = evaluate(fence_probe_request("cpu"))
     assert verdict.status == "ok", verdict.reason
 
@@ -152,7 +152,7 @@ def test_spec_from_the_file():
     declared = SOFTPLUS + '\nTOLERANCE = {"rel": 1e-5, "abs_frac": 1e-4}\nSMOKE_SHAPES = [{"cols": 7}]\n'
     spec = get_problem("softplus", declared)
     assert spec.tolerances["float32"].rel == 1e-5 and spec.shapes("smoke") == [{"rows": 1000, "cols": 7}]
-    assert resolve_problem("kernels/kda/") == ("kda", None) and resolve_problem("mla_decode") == ("mla_decode", None)
+    assert resolve_problem("kernels/problems/kda/") == ("kda", None) and resolve_problem("mla_decode") == ("mla_decode", None)
 
 
 def test_marathon_run_on_a_file_problem_finishes_ok(tmp_path):

@@ -4,10 +4,10 @@ Odd shapes on purpose: head counts that are not a multiple of the head block (3,
 lengths that are not a multiple of any tile, B=3, a one-row cache, and more splits than rows (empty
 splits in the merge). The shipped CONFIG may take the one-split path on tiny shapes, so the split and
 merge path is also forced with `with_config`. A merge that ignores the log-sum-exp must be caught."""
-from kernels.evaluator import EvalRequest, evaluate, request_for
-from kernels.policy import check_source
-from kernels.problem import get_problem
-from kernels.tunables import read_tunables, with_config
+from kernels.evaluator.evaluate import EvalRequest, evaluate, request_for
+from kernels.evaluator.policy import check_source
+from kernels.problems.spec import get_problem
+from kernels.problems.tunables import read_tunables, with_config
 
 SPEC = get_problem("mla_decode")
 TUNED = request_for("mla_decode", "tuned").source

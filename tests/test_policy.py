@@ -1,9 +1,9 @@
 """The static candidate policy."""
 import pytest
 
-from kernels.policy import check_source, module_violation
-from kernels.problem import PROBLEM_NAMES, get_problem, resolve_kernel
-from kernels.tunables import all_configs, read_tunables, with_config
+from kernels.evaluator.policy import check_source, module_violation
+from kernels.problems.spec import PROBLEM_NAMES, get_problem, resolve_kernel
+from kernels.problems.tunables import all_configs, read_tunables, with_config
 
 HEADER = "import torch\nimport triton\nimport triton.language as tl\n"
 

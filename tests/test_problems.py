@@ -4,9 +4,9 @@ import math
 import pytest
 import torch
 
-from kernels.judge import compare
-from kernels.problem import PROBLEM_NAMES, ShapeError, get_problem, parse_shape, resolve_kernel
-from kernels.roofline import PROFILES, profile_for_gpu
+from kernels.evaluator.judge import compare
+from kernels.problems.spec import PROBLEM_NAMES, ShapeError, get_problem, parse_shape, resolve_kernel
+from kernels.evaluator.roofline import PROFILES, profile_for_gpu
 
 
 @pytest.mark.parametrize("name", PROBLEM_NAMES)
@@ -55,8 +55,8 @@ def test_rooflines_match_the_issue_figures():
 
 
 def test_mla_reference_agrees_with_the_baseline():
-    from kernels.mla_decode.baselines import mla_decode_torch
-    from kernels.mla_decode.reference import make_inputs, reference
+    from kernels.problems.mla_decode.baselines import mla_decode_torch
+    from kernels.problems.mla_decode.reference import make_inputs, reference
     x = make_inputs({"B": 2, "H": 3, "S": 50}, 7, "cpu", torch.float32)
     ref = reference(**x)
     assert ref.shape == (2, 3, 512)
@@ -69,8 +69,8 @@ def test_mla_reference_agrees_with_the_baseline():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])  # the three gate cases
 def test_kda_chunked_baseline_matches_the_recurrence(seed):
-    from kernels.kda.baselines import kda_chunked_torch
-    from kernels.kda.reference import make_inputs, reference
+    from kernels.problems.kda.baselines import kda_chunked_torch
+    from kernels.problems.kda.reference import make_inputs, reference
     shape = {"B": 2, "T": 150, "H": 2, "K": 16, "V": 8}  # two full chunks and a tail
     x = make_inputs(shape, seed, "cpu", torch.float32)
     assert (x["g"] <= 0).all() and (x["g"] >= -5).all()
@@ -81,7 +81,7 @@ def test_kda_chunked_baseline_matches_the_recurrence(seed):
 
 
 def test_kda_gate_cases_differ_by_seed():
-    from kernels.kda.reference import make_inputs
+    from kernels.problems.kda.reference import make_inputs
     shape = {"B": 1, "T": 8, "H": 1, "K": 16, "V": 16}
     g = [make_inputs(shape, s, "cpu", torch.float32)["g"] for s in range(3)]
     assert not torch.all(g[0] == -5.0)
@@ -93,7 +93,7 @@ def test_kda_gate_cases_differ_by_seed():
 def test_kda_reference_is_the_token_recurrence_as_written(seed):
     """The reference hoists exp(g), beta*k and the scale out of its loop; it must still be the
     statement's recurrence, written here one operation per symbol."""
-    from kernels.kda.reference import make_inputs, reference
+    from kernels.problems.kda.reference import make_inputs, reference
     inp = make_inputs({"B": 2, "T": 37, "H": 3, "K": 16, "V": 8}, seed, "cpu", torch.float32)
     q, k, v, g, beta = (inp[n].double() for n in ("q", "k", "v", "g", "beta"))
     S = torch.zeros(2, 3, 16, 8, dtype=torch.float64)

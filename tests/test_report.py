@@ -21,7 +21,7 @@ import worker
 from activities.artifacts import ArtifactStore
 from docs.report_screenshot import browser, screenshot
 from fake_openai import FakeOpenAI, completion, error
-from kernels.problem import resolve_problem
+from kernels.problems.spec import resolve_problem
 from marathon_support import ROOT, STARTER_MLA, mla_variant, mla_wrong, queues, start, workers
 from reports import local
 from reports.collect import ReportError, collect

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import triton
 
-from kernels.kda.tuned import CONFIG as KDA
-from kernels.mla_decode.tuned import CONFIG as MLA
+from kernels.problems.kda.tuned import CONFIG as KDA
+from kernels.problems.mla_decode.tuned import CONFIG as MLA
 
 ROOT = Path(__file__).resolve().parent.parent
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory one Hopper thread block may use

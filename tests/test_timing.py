@@ -1,8 +1,8 @@
-"""kernels/timing.py pieces that run without a GPU: the L2 flush's two modes and the summary."""
+"""kernels/evaluator/timing.py pieces that run without a GPU: the L2 flush's two modes and the summary."""
 import pytest
 import torch
 
-from kernels.timing import L2Flush, summarize
+from kernels.evaluator.timing import L2Flush, summarize
 
 
 def test_read_flush_reads_without_writing():

@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
                                    with_best)
     from compaction.summarize import clip_transcript
     from compaction.text import one_line
-    from kernels.tunables import TunablesError, with_config
+    from kernels.problems.tunables import TunablesError, with_config
     from workflows import names
     from workflows.models import (AgentTurnInput, AgentTurnResult, Attempt, BestKernel, BestReport,
                                   EditInput, EvalInput, EvalResult, Extension, ListInput, NotebookEntry,

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from compaction.memory import AttemptDigest, Memory
-from kernels.verdict import Verdict
+from kernels.evaluator.verdict import Verdict
 from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
 
 Policy = Literal["llm", "tuner"]
@@ -86,7 +86,7 @@ class EvalSettings(_Input):
 class RunSpec(_Input):
     """The workflow input. Only `problem` is required."""
     problem: str
-    # a KernelBench-format problem file's source (kernels/kernelbench.py): the problem travels by value,
+    # a KernelBench-format problem file's source (kernels/problems/kernelbench.py): the problem travels by value,
     # so every evaluation, a resumed run and a scheduled one judge exactly what was submitted
     problem_source: str | None = None
     kernel: str = "starter"  # a shipped kernel of the problem; ignored when `source` is given

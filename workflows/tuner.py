@@ -1,6 +1,6 @@
 """The `tuner` policy: no model, pure and deterministic, so it runs inside the workflow.
 
-It explores the TUNABLES a kernel declares (kernels/tunables.py) by hill-climbing on what it measures (1/speedup against the strongest baseline, else latency):
+It explores the TUNABLES a kernel declares (kernels/problems/tunables.py) by hill-climbing on what it measures (1/speedup against the strongest baseline, else latency):
   - the incumbent is the fastest configuration profiled OK so far (the starting CONFIG until then);
   - the next configuration is the untried one nearest the incumbent (steps along each knob's value
     list), so it walks outward from what measured best;

@@ -1,0 +1,132 @@
+"""How the evaluator's processes are started and cleaned up: the judge's environment is built from an
+allowlist (never a copy of the worker's, which holds the model's API key), the judge and the
+candidate are made non-dumpable (their children cannot read their /proc environ, cmdline or memory),
+each dies with the process that started it, and scratch folders left by a killed worker are removed
+when the next one starts. Torch-free: the worker and the evaluator's front door import it."""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+
+# Variable names that never leave the worker, whatever their prefix says.
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE")
+# What the judge needs from the worker's environment: the toolchain (CUDA, Triton, torch, the
+# dynamic loader, the locale, FLA for the KDA baseline), which GPU it may use, and the evaluator's own
+# switches (MARATHON_*).
+JUDGE_ENV_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "TMPDIR", "LD_LIBRARY_PATH",
+                   "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CC", "CXX")
+JUDGE_ENV_PREFIXES = ("LC_", "CUDA_", "TRITON_", "NVIDIA_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "FLA_", "MARATHON_")
+
+# Scratch folders of the evaluator's processes, under the temp dir; the owner's pid follows the prefix
+# (kernels.evaluator.confinement.scratch_prefix) so that a starting worker can tell a dead owner's from a live one's.
+SCRATCH_KINDS = ("marathon-judge", "marathon-eval", "marathon-fence-probe", "marathon-ncu")
+
+
+def looks_secret(name: str) -> bool:
+    return any(w in name.upper() for w in SECRET_WORDS)
+
+
+def judge_env(scratch: str | Path, project_root: str | Path, source: dict[str, str] | None = None) -> dict[str, str]:
+    """The judge process's whole environment: the allowlisted variables of `source` (the worker's
+    environment), HOME in the judge's scratch folder, the project on PYTHONPATH. Triton's cache keeps
+    the worker's location (its default lives under HOME), so baselines compiled and tuned by one judge
+    serve the next."""
+    source = dict(os.environ if source is None else source)
+    env = {k: v for k, v in source.items()
+           if (k in JUDGE_ENV_NAMES or k.startswith(JUDGE_ENV_PREFIXES)) and not looks_secret(k)}
+    home = source.get("HOME") or str(Path.home())
+    env.setdefault("TRITON_CACHE_DIR", str(Path(home) / ".triton" / "cache"))
+    env["HOME"] = str(scratch)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(project_root), source.get("PYTHONPATH")]))
+    env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+def _libc():
+    lc = ctypes.CDLL(None, use_errno=True)
+    lc.prctl.restype = ctypes.c_int
+    return lc
+
+
+def make_non_dumpable() -> bool:
+    """PR_SET_DUMPABLE 0 for this process: its /proc files become root's and ptrace-style access
+    (environ, cmdline, mem, attaching) needs CAP_SYS_PTRACE, which the candidate does not hold.
+    No core dumps either. Linux only; False where it did not take."""
+    try:
+        return _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def die_with_parent(sig: int = signal.SIGKILL):
+    """A preexec_fn: the child gets `sig` when the thread that started it ends (the evaluating thread
+    blocks on the child, so that is when the worker dies). If the parent is already gone by the time
+    the child asks, the child kills itself at once."""
+    parent = os.getpid()
+    lc = _libc()  # loaded before fork: the child must not dlopen
+
+    def apply() -> None:
+        lc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sig)
+    return apply
+
+
+def scratch_prefix(kind: str) -> str:
+    """tempfile prefix for a scratch folder of `kind` (one of SCRATCH_KINDS) owned by this process."""
+    return f"{kind}-{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie is dead: a killed judge whose new parent does not reap it stays one)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] != b"Z"
+    except (OSError, ValueError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not os.path.isdir("/proc")  # no /proc entry on a system with /proc: gone
+
+
+def remove_stale_scratch(root: str | Path | None = None) -> list[Path]:
+    """Removes the evaluator's scratch folders under `root` (the temp dir) whose owner process is
+    gone: what a SIGKILLed worker, judge or candidate left behind. A live owner's folder, and anything
+    not named like ours, stays. Returns what was removed."""
+    root = Path(root or tempfile.gettempdir())
+    removed = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    for path in entries:
+        owner = _owner(path.name)
+        if owner is None or not path.is_dir() or path.is_symlink() or _alive(owner):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            removed.append(path)
+    return removed
+
+
+def _owner(name: str) -> int | None:
+    """The owner pid in a scratch folder's name, or None when the name is not one of ours."""
+    for kind in SCRATCH_KINDS:
+        head = kind + "-"
+        if name.startswith(head):
+            pid, sep, _ = name[len(head):].partition("-")
+            if sep and pid.isdigit() and int(pid) > 0:
+                return int(pid)
+    return None

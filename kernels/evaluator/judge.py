@@ -1,0 +1,906 @@
+"""The judge process: generates inputs, computes the reference, runs and times the baselines, and
+decides the verdict from what the sandbox reports on its structured channel and from the outputs it
+writes. Trusted code only; the candidate runs in the sandbox (kernels.evaluator.candidate_process), never here.
+
+    python -m kernels.evaluator.judge REQUEST.json VERDICT.json"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import math
+import os
+import platform
+import random
+import secrets
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+from kernels.evaluator import confinement, gpu_quiet, isolation, timing
+from kernels.evaluator.hostinfo import nvidia_driver
+from kernels.evaluator.evaluate import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, EvaluatorError, env_digest, source_sha256
+from kernels.evaluator.confinement import SECRET_WORDS
+from kernels.evaluator.policy import check_source, module_violation
+from kernels.problems.spec import ProblemSpec, get_problem
+from kernels.evaluator.roofline import DeviceProfile, profile_for_gpu
+from kernels.evaluator.verdict import Gpu, KnownBaseline, ShapeResult, Timing, Verdict, device_label
+
+SUSPECT_SPEEDUP = 10.0  # over the strongest baseline: flagged, not rejected
+FLOOR_MARGIN = 0.9  # a median under 90% of the roofline floor is physically implausible
+# A baseline is only sanity-checked (a broken one is far off, rel ~1): it may round where candidates
+# may not (the MLA torch baseline casts the softmax to fp16 on the CPU: rel up to 1.5e-3 against a
+# 1e-3 limit on 14 of 400 seeds), and dropping it for that made evaluations flaky.
+BASELINE_TOLERANCE_FACTOR = 4.0
+LOG_TAIL_CHARS = 4000
+# Environment variables a candidate may see; everything else (keys, tokens) stays behind.
+PASS_ENV_PREFIXES = ("CUDA_", "TRITON_", "NVIDIA_", "LD_LIBRARY_PATH", "PATH", "LANG", "LC_")
+# Resource limits of the candidate's process tree (each can be set in the judge's environment).
+MAX_PROCESSES = int(os.environ.get("MARATHON_SANDBOX_MAX_PROCESSES", "16"))  # ptxas/gcc while compiling
+SCRATCH_QUOTA = int(os.environ.get("MARATHON_SANDBOX_DISK", str(4 * 2**30)))  # bytes under the scratch dir
+GPU_MEMORY_FRACTION = float(os.environ.get("MARATHON_SANDBOX_GPU_FRACTION", "0.8"))  # the judge keeps the rest
+POLL_S = 0.25  # how often the judge looks at the sandbox's processes, memory and disk while it waits
+# Bytes a float output must be off by, relative to max|ref|, for two runs of the same inputs with
+# different fills of fresh memory to count as "depends on uninitialised memory" rather than as
+# run-to-run noise (atomics): far above rounding, far below what poison (NaN, ~6e4, ~1e36) gives.
+REPRODUCIBLE_FRAC = 1e-3
+FILL_A, FILL_B = 0xFF, 0x7B  # 0xFF is NaN in fp16/bf16/fp32; 0x7B.. is a large finite number in each
+
+
+class Outcome(Exception):
+    """Ends judging early with a status and a reason."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def _env_flag(name: str, default: bool = True) -> bool:
+    return os.environ.get(name, "1" if default else "0").strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def profiler_env() -> dict[str, str]:
+    """The variables Nsight Compute put into the judge's environment (its injection library and how to
+    reach the profiler), for the candidate's process: without them the injected library that follows
+    child processes crashed the sandbox (SIGSEGV, on the H200 with every fence up and with each one
+    down). Only under ncu_metrics; never a variable whose name looks like a secret, never ours
+    (MARATHON_*, PROFILER_BASE_ENV included)."""
+    base = os.environ.get(PROFILER_BASE_ENV)
+    if not base:
+        return {}
+    try:
+        digests = json.loads(base)
+    except ValueError:
+        return {}
+    return {k: v for k, v in os.environ.items()
+            if digests.get(k) != env_digest(v) and not k.startswith("MARATHON_")
+            and not any(w in k.upper() for w in SECRET_WORDS)}
+
+
+def candidate_env(device: str, scratch: Path, token: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k.startswith(PASS_ENV_PREFIXES) and not any(w in k.upper() for w in SECRET_WORDS)}
+    env.update({
+        "HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT)] + [p for p in sys.path if p and "site-packages" in p]),
+        "TRITON_CACHE_DIR": triton_cache_dir(),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+        "MARATHON_SANDBOX": token,  # marks every process of this sandbox, for the watchdog and the cleanup
+    })
+    env.update(profiler_env())
+    env.pop("TRITON_INTERPRET", None)
+    # a candidate autotunes afresh: its cache directory is shared with other candidates, and a cached
+    # pick from one of them must not steer another (the judge's own baselines do cache, elsewhere)
+    env.pop("TRITON_CACHE_AUTOTUNING", None)
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+def triton_cache_dir() -> str:
+    path = os.environ.get("MARATHON_TRITON_CACHE", str(Path(tempfile.gettempdir()) / "marathon-triton-cache"))
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _limits(device: str, fsize: int):
+    """Runs in the sandbox child before exec: die with the judge, no core dumps, bounded files and
+    (CPU) address space. The other fences (network namespace, Landlock, seccomp) the sandbox puts up
+    itself, after CUDA and Triton have started: CUDA's initialisation failed under them on the H200
+    machines (error 304) when they came first."""
+    import resource
+    isolation.libc()  # load libc here: the child must not dlopen after fork
+
+    def apply() -> None:
+        isolation.set_parent_death_signal(signal.SIGKILL)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        try:  # enforced for non-root users only; the judge's process watchdog covers root
+            resource.setrlimit(resource.RLIMIT_NPROC, (4096, 4096))
+        except (ValueError, OSError):
+            pass
+        if device == "cpu":  # CUDA maps huge virtual ranges, so address-space limits are CPU-only
+            cap = int(os.environ.get("MARATHON_SANDBOX_ADDRESS_SPACE", str(12 * 2**30)))
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    return apply
+
+
+FENCE_SWITCHES = {"seccomp": "MARATHON_SANDBOX_SECCOMP", "landlock": "MARATHON_SANDBOX_LANDLOCK",
+                  "netns": "MARATHON_SANDBOX_NETNS", "capabilities": "MARATHON_SANDBOX_DROP_CAPABILITIES"}
+
+
+def fence_self_test(device: str) -> str:
+    """Once per machine (and torch/Triton versions), on CUDA: the evaluator's own trivial kernel
+    (kernels/evaluator/fence_probe/) must pass inside the fences. If it does not, the fences are switched off
+    one at a time until it does, and the choice is kept for later evaluations on this machine, so a
+    fence that breaks honest GPU work here (a driver that writes somewhere unexpected, a compiler that
+    forks) costs one probe, not every evaluation. The marker lives outside every path a candidate may write. Returns a note for the
+    verdict. MARATHON_SANDBOX_SELF_TEST=0 skips it."""
+    if device != "cuda" or not _env_flag("MARATHON_SANDBOX_SELF_TEST"):
+        return ""
+    folder = Path(tempfile.gettempdir()) / "marathon-fences"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    marker = folder / f"torch-{torch.__version__}-triton-{triton.__version__}.json".replace("+", "_")
+    import fcntl
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # judges starting together on a fresh machine probe once
+        if not marker.exists():
+            marker.write_text(json.dumps(_probe_fences(device)))
+    choice = json.loads(marker.read_text())
+    for name in choice.get("off", []):
+        os.environ[FENCE_SWITCHES[name]] = "0"  # this judge process only
+    return choice.get("note", "")
+
+
+def fence_probe_request(device: str) -> EvalRequest:
+    """The fence self-test's evaluation: a trivial problem and kernel of the evaluator's own."""
+    folder = Path(__file__).resolve().parent / "fence_probe"
+    return EvalRequest(problem="fence_probe", problem_source=(folder / "problem.py").read_text(),
+                       source=(folder / "candidate.py").read_text(), kernel="fence-self-test", device=device,
+                       mode="test", shapes=[{"n": 1000}], probe_shapes=0, timeout_s=180)
+
+
+def _probe_fences(device: str) -> dict:
+    req = fence_probe_request(device)
+    tried, failures = [], []
+    for off in ([], ["netns"], ["landlock"], ["seccomp"], ["capabilities"],
+                ["netns", "landlock", "seccomp", "capabilities"]):
+        with tempfile.TemporaryDirectory(prefix=confinement.scratch_prefix("marathon-fence-probe")) as tmp:
+            req_path, out_path = Path(tmp) / "request.json", Path(tmp) / "verdict.json"
+            req_path.write_text(req.model_dump_json())
+            env = {**os.environ, "MARATHON_SANDBOX_SELF_TEST": "0", **{FENCE_SWITCHES[n]: "0" for n in off}}
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+            try:
+                subprocess.run([sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)], env=env,
+                               cwd=tmp, timeout=400, capture_output=True)
+                verdict = json.loads(out_path.read_text()) if out_path.exists() else {}
+            except (subprocess.TimeoutExpired, OSError, ValueError):
+                verdict = {}
+        tried.append(off)
+        if verdict.get("status") == "ok":
+            note = "fence self-test passed" if not off else (
+                f"fence self-test: the probe kernel failed inside {', '.join(off)} ({'; '.join(failures)[:300]}), "
+                f"so {', '.join(off)} stays off on this machine")
+            return {"off": off, "note": note}
+        failures.append(f"{verdict.get('status', 'no verdict')}: {str(verdict.get('reason', ''))[-160:]}")
+    return {"off": [], "note": "fence self-test: the probe kernel fails even without fences; fences kept ("
+                              + "; ".join(failures)[:300] + ")"}
+
+
+class CandidateProcess:
+    """The candidate's process, its command pipe, its reply channel and its wall-clock budget. While
+    the judge waits for a reply it watches the process tree: too many processes, too much memory or
+    too much disk end the run with a typed verdict."""
+
+    def __init__(self, source: str, entry: str, device: str, scratch: Path, budget_s: float,
+                 fsize: int, memory_cap: int, problem: list[str] | None = None) -> None:
+        self.scratch = scratch
+        self.budget_s = budget_s
+        self.memory_cap = memory_cap
+        self.token = secrets.token_hex(8)
+        self.nonce = secrets.token_hex(16)
+        self.log_path = scratch / "candidate.log"
+        candidate = scratch / "candidate.py"
+        candidate.write_text(source)
+        self.workdir = scratch / "work"  # the candidate's cwd, HOME and TMPDIR; outputs land here too
+        self.workdir.mkdir()
+        read_fd, write_fd = os.pipe()
+        self.log = open(self.log_path, "wb")
+        self.fences: dict = {}
+        writable = [str(self.workdir), triton_cache_dir(), "/dev", "/dev/shm"]
+        switches = {name: int(_env_flag(var)) for name, var in FENCE_SWITCHES.items()}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kernels.evaluator.candidate_process", "--candidate", str(candidate), "--entry", entry,
+             "--device", device, "--reply-fd", str(write_fd), "--seccomp", str(switches["seccomp"]),
+             "--landlock", str(switches["landlock"]), "--netns", str(switches["netns"]),
+             "--drop-capabilities", str(switches["capabilities"]),
+             "--writable", os.pathsep.join(writable),
+             "--gpu-memory-fraction", str(GPU_MEMORY_FRACTION if device == "cuda" else 0.0), *(problem or [])],
+            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.workdir,
+            env=candidate_env(device, self.workdir, self.token), pass_fds=(write_fd,), start_new_session=True,
+            preexec_fn=_limits(device, fsize))
+        os.close(write_fd)
+        self.replies = os.fdopen(read_fd, "rb")
+        self.buffer = b""
+        self.polls = 0
+        self.send({"nonce": self.nonce})
+
+    def send(self, cmd: dict) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the reply wait reports the death
+
+    def watch(self) -> None:
+        """One look at the sandbox's process tree; raises the verdict when it overstepped."""
+        self.polls += 1
+        pids = isolation.process_tree(self.proc.pid, self.token, orphans=self.polls % 4 == 0)
+        if len(pids) > MAX_PROCESSES:
+            self.kill()
+            raise Outcome("rejected", f"the candidate started {len(pids)} processes (limit {MAX_PROCESSES}): "
+                          "a fork bomb, or work outside the sandbox's process; killed")
+        rss = isolation.rss_bytes(pids)
+        if rss > self.memory_cap:
+            self.kill()
+            raise Outcome("crashed", f"the candidate used {rss / 2**30:.1f} GiB of host memory (limit "
+                          f"{self.memory_cap / 2**30:.0f} GiB) and was killed")
+        used = _disk_usage(self.workdir) + _disk_usage(self.log_path)
+        if used > SCRATCH_QUOTA:
+            self.kill()
+            raise Outcome("rejected", f"the candidate wrote {used / 2**20:.0f} MiB under its scratch directory "
+                          f"(quota {SCRATCH_QUOTA / 2**20:.0f} MiB) and was killed")
+
+    def receive(self) -> dict:
+        """The next reply, charging the wait to the candidate's budget."""
+        while b"\n" not in self.buffer:
+            if self.budget_s <= 0:
+                self.kill()
+                raise Outcome("timeout", "the candidate exceeded its wall-clock limit and was killed")
+            t0 = time.monotonic()
+            ready, _, _ = select.select([self.replies], [], [], min(self.budget_s, POLL_S))
+            self.budget_s -= time.monotonic() - t0
+            if not ready:
+                self.watch()
+                continue
+            chunk = os.read(self.replies.fileno(), 1 << 16)
+            if not chunk:
+                code = self._exit_code()
+                raise Outcome("crashed", f"the candidate's process died ({_describe_exit(code)})")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except json.JSONDecodeError:
+            raise Outcome("crashed", "the candidate's process wrote garbage on the result channel") from None
+        if not isinstance(reply, dict) or "kind" not in reply:
+            raise Outcome("crashed", "the candidate's process wrote garbage on the result channel")
+        if reply.get("nonce") != self.nonce:
+            self.kill()
+            raise Outcome("rejected", "a forged line on the result channel (it lacks this run's nonce): "
+                          "the candidate tampered with the sandbox's reply channel")
+        return reply
+
+    def request(self, cmd: dict, expect: str) -> dict:
+        self.send(cmd)
+        reply = self.receive()
+        if reply["kind"] == "error":
+            status = "compile_error" if reply.get("compile") else "crashed"
+            what = "failed to compile" if reply.get("compile") else "raised"
+            raise Outcome(status, f"the candidate {what}:\n{reply.get('error', '')}")
+        if reply["kind"] != expect:
+            raise Outcome("crashed", f"unexpected reply {reply['kind']!r} on the result channel")
+        return reply
+
+    def _exit_code(self) -> int | None:
+        try:
+            return self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def log_tail(self) -> str:
+        self.log.flush()
+        try:
+            return self.log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        isolation.kill_tree(self.proc.pid, self.token)  # children that left the group (setsid) too
+        self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.send({"op": "exit"})
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()  # the whole tree: children a candidate forked die too
+        self.log.close()
+        self.replies.close()
+
+
+def _disk_usage(root: Path, cap: int = 100_000) -> int:
+    if root.is_file():
+        return root.stat().st_blocks * 512
+    total, seen = 0, 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            seen += 1
+            if seen > cap:
+                return total
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            return f"killed by signal {-code}"
+        why = {"SIGXFSZ": ": a file outgrew the sandbox's file-size limit (disk quota)",
+               "SIGKILL": ": killed (out of memory, or by the watchdog)",
+               "SIGSEGV": ": a segmentation fault"}.get(name, "")
+        return f"killed by {name}{why}"
+    return f"exit status {code}"
+
+
+def gpu_info() -> Gpu | None:
+    if not torch.cuda.is_available():
+        return None
+    return Gpu(name=torch.cuda.get_device_name(), driver=nvidia_driver())
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, bool]:
+    """(relative L2 error, max abs error, finite) of out against the fp32 reference."""
+    out = out.to(ref.device, torch.float32)
+    finite = bool(torch.isfinite(out).all())
+    if not finite:
+        return math.inf, math.inf, False
+    diff = out - ref
+    rel = (diff.norm() / ref.norm().clamp_min(1e-30)).item()
+    return rel, diff.abs().max().item(), True
+
+
+def probe_value(rng: random.Random, lo: int, hi: int, log: bool) -> int:
+    """One dimension of a probe shape in [lo, hi]: uniform, or log-uniform when `log`, from 2 up: a
+    single token would come up one draw in seven or ten, and one key makes attention's softmax exactly
+    1, which hides any error in the scores (the asked shapes and the tests cover length 1)."""
+    if not log:
+        return rng.randint(lo, hi)
+    lo = min(max(lo, 2), hi)
+    return min(hi, max(lo, int(math.exp(rng.uniform(math.log(lo), math.log(hi + 1))))))
+
+
+CHECKED_TIMED_CALLS = 4  # on CUDA, random timed outputs re-checked (chosen after timing; plus the last
+# timed call and the last graph replay); on the CPU every one
+
+
+def test_profile() -> DeviceProfile | None:
+    """MARATHON_TEST_DEVICE_PROFILE=name:bytes_per_s:flops_per_s makes the judge apply that roofline
+    on any device (tests of the floor check); never set in production."""
+    text = os.environ.get("MARATHON_TEST_DEVICE_PROFILE")
+    if not text:
+        return None
+    name, bw, flops = text.split(":")
+    return DeviceProfile(name, float(bw), float(flops), float(flops), 0, "test profile (MARATHON_TEST_DEVICE_PROFILE)")
+
+
+class Judge:
+    def __init__(self, req: EvalRequest) -> None:
+        self.req = req
+        self.spec: ProblemSpec = get_problem(req.problem, req.problem_source)
+        self.device = self._device(req.device)
+        dtype_name = req.dtype or self.spec.dtypes[self.device]
+        self.dtype = getattr(torch, dtype_name)
+        self.tolerance = self.spec.tolerances[dtype_name]
+        self.reference = self.spec.reference_module()
+        self.gpu = gpu_info() if self.device == "cuda" else None
+        self.profile = test_profile() or (profile_for_gpu(self.gpu.name) if self.gpu else None)
+        cuda = self.device == "cuda"
+        self.reps = max(req.reps or (30 if cuda else 3), 20 if cuda else 1)
+        self.warmup = req.warmup if req.warmup is not None else (5 if cuda else 1)
+        # fresh seeds every evaluation, so no candidate can know its inputs; seed % 3 keeps the cases
+        self.seed_base = 3 * secrets.randbelow(2**20)
+        self.rng = random.Random(secrets.randbits(64))
+        if self.spec.source is not None:  # a file problem's parameters: drawn fresh too, the same in the sandbox
+            self.reference.param_seed = self.seed_base
+        self.current_shape: dict[str, int] = {}
+        self.verdict = Verdict(
+            status="ok", reason="", problem=self.spec.name, kernel=req.kernel, mode=req.mode,
+            device=self.device, gpu=self.gpu, dtype=dtype_name,
+            versions={"torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version()},
+            timing_meaningful=cuda, source_sha256=source_sha256(req.source))
+
+    @staticmethod
+    def _device(wanted: str) -> str:
+        if wanted == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        if wanted == "cuda" and not torch.cuda.is_available():
+            raise EvaluatorError("--device cuda was asked for, but this host has no usable CUDA GPU")
+        if wanted not in ("cpu", "cuda"):
+            raise EvaluatorError(f"unknown device {wanted!r}; use auto, cpu or cuda")
+        return wanted
+
+    def shapes(self) -> list[dict[str, int]]:
+        if self.req.shapes:
+            return [self.spec.shape(s) for s in self.req.shapes]
+        name = self.req.shape_set or ("bench" if self.device == "cuda" else "smoke")
+        return self.spec.shapes(name)
+
+    def probe_shapes(self, asked: list[dict[str, int]]) -> list[dict[str, int]]:
+        """Random valid shapes the candidate cannot know in advance: odd lengths, head and batch
+        counts; head dimensions (KDA's K, V) stay those of the first asked shape."""
+        ranges = self.spec.probe_ranges.get(self.device)
+        if self.req.mode == "compile" or not ranges or not asked:
+            return []
+        out = []
+        for _ in range(max(self.req.probe_shapes, 0)):
+            for _attempt in range(20):
+                shape = dict(asked[0])
+                shape.update({d: probe_value(self.rng, lo, hi, d in self.spec.log_drawn_dims)
+                              for d, (lo, hi) in ranges.items()})
+                try:
+                    shape = self.spec.shape(shape)
+                except ValueError:
+                    continue
+                if shape not in asked and shape not in out:
+                    out.append(shape)
+                    break
+        return out
+
+    def run(self) -> Verdict:
+        t0 = time.monotonic()
+        try:
+            try:
+                ast.parse(self.req.source)
+            except SyntaxError as exc:
+                raise Outcome("compile_error", f"syntax error at line {exc.lineno}: {exc.msg}") from None
+            if _env_flag("MARATHON_UNSAFE_SKIP_POLICY", default=False):
+                self.verdict.flags.append("the static policy was skipped (MARATHON_UNSAFE_SKIP_POLICY): "
+                                          "a test of the run-time defences, never a real evaluation")
+            else:
+                violations = check_source(self.req.source, self.spec.entry_point)
+                if violations:
+                    raise Outcome("rejected", "the source breaks the candidate policy:\n" + "\n".join(map(str, violations)))
+            shapes = self.shapes()
+            probes = self.probe_shapes(shapes)
+            with self._phase("fence_self_test"):
+                self_test = fence_self_test(self.device)
+            with tempfile.TemporaryDirectory(prefix=confinement.scratch_prefix("marathon-eval")) as tmp:
+                candidate = CandidateProcess(self.req.source, self.spec.entry_point, self.device, Path(tmp), self.req.timeout_s,
+                                  fsize=self._file_limit(shapes + probes), memory_cap=self._memory_cap(),
+                                  problem=self._problem_args(Path(tmp)))
+                self.verdict.sandbox = dict(candidate.fences)
+                if self_test:
+                    self.verdict.sandbox["self_test"] = self_test
+                try:
+                    self._judge(candidate, Path(tmp), shapes, probes)
+                finally:
+                    self.verdict.log_tail = candidate.log_tail()
+                    candidate.close()
+        except Outcome as outcome:
+            self.verdict.status, self.verdict.reason = outcome.status, outcome.reason
+        self.verdict.elapsed_s = round(time.monotonic() - t0, 3)
+        if self.verdict.status == "ok" and not self.verdict.reason:
+            self.verdict.reason = self._summary()
+        return self.verdict
+
+    def _problem_args(self, scratch: Path) -> list[str]:
+        """For a file problem, what the sandbox needs to build the candidate's ModelNew: the problem's
+        source, its name and the seed of Model's parameters."""
+        if self.spec.source is None:
+            return []
+        path = scratch / "problem.py"
+        path.write_text(self.spec.source)
+        return ["--problem-file", str(path), "--problem-name", self.spec.name, "--param-seed", str(self.seed_base)]
+
+    def _file_limit(self, shapes: list[dict[str, int]]) -> int:
+        """RLIMIT_FSIZE for the candidate: room for the largest output the sandbox must save, and
+        for a log, no more (a disk filler dies of SIGXFSZ)."""
+        largest = max(math.prod(self.reference.output_spec(s, self.dtype)[0]) for s in shapes) * self.dtype.itemsize
+        return max(64 * 2**20, 2 * largest + 16 * 2**20)
+
+    def _memory_cap(self) -> int:
+        default = 12 * 2**30 if self.device == "cpu" else 48 * 2**30
+        return int(os.environ.get("MARATHON_SANDBOX_MEMORY", str(default)))
+
+    @contextlib.contextmanager
+    def _phase(self, name: str):
+        """Adds the time spent inside to the verdict's phases_s[name]: where an evaluation's seconds go."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            phases = self.verdict.phases_s
+            phases[name] = round(phases.get(name, 0.0) + time.monotonic() - t0, 3)
+
+    def _judge(self, candidate: CandidateProcess, scratch: Path, shapes, probes) -> None:
+        with self._phase("sandbox_start"):
+            ready = self._ready(candidate)
+        missing = [k for k in ("seccomp", "landlock", "netns") if not self.verdict.sandbox.get(k)]
+        if missing:
+            self.verdict.sandbox["missing"] = ", ".join(missing)
+        if ready["banned_modules"]:
+            raise Outcome("rejected", f"importing the candidate loaded {', '.join(ready['banned_modules'])}")
+        noop_checked = False
+        for index, (shape, probe) in enumerate([(s, False) for s in shapes] + [(s, True) for s in probes]):
+            result = ShapeResult(shape=shape, correct=False)
+            self.current_shape = shape
+            (self.verdict.probe_shapes if probe else self.verdict.shapes).append(result)
+            if probe:
+                result.note = "probe shape, drawn at random for this evaluation: correctness only"
+            out_shape, out_dtype = self.reference.output_spec(shape, self.dtype)
+            input_sets = []
+            seeds = 1 if self.req.mode == "compile" else max(self.req.seeds, 1)
+            for s in range(seeds):
+                seed = self.seed_base + s
+                with self._phase("inputs"):
+                    inputs = self.reference.make_inputs(shape, seed, self.device, self.dtype)
+                path = scratch / f"inputs_{index}_{s}.pt"
+                torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}, path)
+                out_path = candidate.workdir / f"out_{index}_{s}.pt"
+                with self._phase("candidate_calls"):
+                    self._call(candidate, path, out_path, out_shape, out_dtype, fill=FILL_A)
+                if self.req.mode == "compile":
+                    result.note = "compiled and ran once; not checked"
+                    return
+                out = torch.load(out_path, weights_only=True)
+                with self._phase("reference"):
+                    ref = self.reference.reference(**inputs)
+                self._check(result, shape, f"seed {seed}", out, ref)
+                result.seeds = s + 1
+                if not noop_checked:
+                    with self._phase("candidate_calls"):
+                        self._noop_check(candidate, path, candidate.workdir / f"noop_{index}.pt", out, out_shape, out_dtype)
+                    noop_checked = True
+                if s == 0:  # the same inputs again, fresh memory filled differently: same output?
+                    again_path = candidate.workdir / f"again_{index}.pt"
+                    with self._phase("candidate_calls"):
+                        self._call(candidate, path, again_path, out_shape, out_dtype, fill=FILL_B)
+                    self._reproducible(shape, out, torch.load(again_path, weights_only=True), ref)
+                if not probe:
+                    input_sets.append(inputs)
+                for f in (out_path, candidate.workdir / f"again_{index}.pt"):
+                    f.unlink(missing_ok=True)
+                del out, ref
+            result.correct = True
+            if self.req.mode == "full" and not probe:
+                self._time(candidate, result, shape, input_sets)
+            candidate.request({"op": "forget"}, "forgot")
+            del input_sets
+            if self.device == "cuda":
+                torch.cuda.empty_cache()
+
+    def _check(self, result: ShapeResult, shape, what: str, out: torch.Tensor, ref: torch.Tensor) -> None:
+        rel, max_abs, finite = compare(out, ref)
+        result.rel_err = rel if result.rel_err is None else max(result.rel_err, rel)
+        result.max_abs_err = max_abs if result.max_abs_err is None else max(result.max_abs_err, max_abs)
+        bound = self.tolerance.abs_frac * ref.abs().max().item()
+        if not finite or rel > self.tolerance.rel or max_abs > bound:
+            why = "NaN or Inf in the output" if not finite else (
+                f"rel_err {rel:.3g} (limit {self.tolerance.rel:g}), max_abs_err {max_abs:.3g} (limit {bound:.3g})")
+            raise Outcome("incorrect", f"wrong answer at {_fmt(shape)}, {what}: {why}")
+
+    def _reproducible(self, shape, out: torch.Tensor, again: torch.Tensor, ref: torch.Tensor) -> None:
+        """Two runs on the same inputs, fresh memory filled with 0xFF and then 0x7B: a kernel that
+        reads memory it never wrote gives different answers; an honest one the same, up to atomics."""
+        if torch.equal(out, again):
+            return
+        diff = (again.float() - out.float()).abs().nan_to_num(math.inf).max().item()
+        bound = REPRODUCIBLE_FRAC * ref.abs().max().item()
+        if diff <= bound:
+            note = f"the output is not bitwise reproducible at {_fmt(shape)} (max diff {diff:.3g}): atomics?"
+            if note not in self.verdict.flags:
+                self.verdict.flags.append(note)
+            return
+        raise Outcome("incorrect", f"the output depends on uninitialised memory: at {_fmt(shape)} two runs on the "
+                      f"same inputs, with fresh memory filled with 0x{FILL_A:02X} and then 0x{FILL_B:02X}, differ by "
+                      f"up to {diff:.3g} (a kernel reads memory it never wrote, or leaves output unwritten)")
+
+    def _ready(self, candidate: CandidateProcess) -> dict:
+        try:
+            fenced = candidate.receive()
+        except Outcome as outcome:
+            if outcome.status == "timeout":
+                raise
+            # nothing of the candidate's has run yet: the sandbox itself failed to start (CUDA, Triton)
+            raise EvaluatorError(f"the sandbox failed before loading the candidate ({outcome.reason}):\n"
+                                 f"{sandbox.log_tail()[-2500:]}") from None
+        if fenced.get("kind") != "fenced":
+            raise Outcome("crashed", f"unexpected reply {fenced.get('kind')!r} on the result channel")
+        self.verdict.sandbox.update(fenced.get("fences", {}))
+        reply = candidate.receive()
+        if reply["kind"] == "error":
+            raise Outcome("compile_error", f"the candidate failed to import:\n{reply.get('error', '')}")
+        if reply["kind"] != "ready":
+            raise Outcome("crashed", f"unexpected reply {reply['kind']!r} on the result channel")
+        return reply
+
+    def _call(self, candidate, path, out_path, out_shape, out_dtype, noop: bool = False, fill: int = FILL_A) -> dict:
+        facts = candidate.request({"op": "call", "inputs": str(path), "output": str(out_path), "shape": list(out_shape),
+                                 "dtype": str(out_dtype).removeprefix("torch."), "noop": noop, "fill": fill,
+                                 "problem_shape": self.current_shape,
+                                 "input_dtype": str(self.dtype).removeprefix("torch.")}, "called")
+        banned = [m for m in facts.get("new_modules", []) if module_violation(m)]
+        if banned:
+            raise Outcome("rejected", f"calling the candidate loaded {', '.join(banned)}")
+        if noop:
+            return facts
+        self.verdict.kernels_launched = list(dict.fromkeys(self.verdict.kernels_launched + facts["kernels"]))
+        if facts["output_problem"]:
+            raise Outcome("incorrect", f"the candidate {facts['output_problem']}")
+        self._facts(facts, "")
+        own = [k for k in facts["kernels"] if k.startswith("candidate.")]
+        if not own:
+            raise Outcome("rejected", "no Triton kernel of the candidate's own was launched")
+        if facts["inputs_mutated"]:
+            raise Outcome("rejected", "the candidate modified its inputs")
+        return facts
+
+    def _facts(self, facts: dict, when: str) -> None:
+        """What the sandbox saw during a call (or, with `when`, during the timed calls)."""
+        if facts["torch_ops"]:
+            ops = ", ".join(f"{k} x{v}" for k, v in sorted(facts["torch_ops"].items()))
+            raise Outcome("rejected", f"torch computed part of the answer{when} (" + ops + "); torch may only "
+                          "allocate, view, copy and cast: the arithmetic must be in the candidate's Triton kernels")
+        foreign = [k for k in facts.get("kernels", facts.get("foreign", [])) if not k.startswith("candidate.")]
+        if foreign:
+            raise Outcome("rejected", f"kernels not defined in the candidate ran{when}: {', '.join(foreign)}")
+        if facts.get("side_streams"):
+            raise Outcome("rejected", f"the candidate launched {', '.join(facts['side_streams'])} on a stream other "
+                          f"than the caller's{when}: work hidden from the clock")
+        if facts.get("odd_args"):
+            raise Outcome("rejected", f"a kernel argument was not a plain tensor, scalar or descriptor{when} "
+                          f"({'; '.join(facts['odd_args'])}): its methods could run the answer inside the launch")
+        if facts.get("threads_alive"):
+            raise Outcome("rejected", f"the candidate left threads running after its call{when} "
+                          f"({', '.join(facts['threads_alive'])}): work hidden from the clock")
+        if facts.get("threads_started"):
+            note = f"the candidate started {facts['threads_started']} thread(s){when}"
+            if note not in self.verdict.flags:
+                self.verdict.flags.append(note)
+        if facts.get("state_changed"):
+            note = ("module-level state changed between calls" + (when or " of one shape") + ": "
+                    + ", ".join(facts["state_changed"]) + " (state that persists across calls: a cache?)")
+            if note not in self.verdict.flags:
+                self.verdict.flags.append(note)
+
+    def _noop_check(self, candidate, path, out_path, real_out, out_shape, out_dtype) -> None:
+        """With the candidate's kernels turned into no-ops the output must change: otherwise
+        something other than its kernels produced the answer."""
+        facts = self._call(candidate, path, out_path, out_shape, out_dtype, noop=True)
+        if facts["output_problem"] is not None:
+            return  # it could not even build an output without its kernels: fine
+        hollow = torch.load(out_path, weights_only=True)
+        if torch.equal(hollow.float().nan_to_num(0.0), real_out.float().nan_to_num(0.0)):
+            raise Outcome("rejected", "the output did not change with the candidate's Triton kernels disabled: "
+                          "the answer does not come from its kernels")
+
+    def _time(self, candidate, result: ShapeResult, shape, input_sets) -> None:
+        """Timed calls on fresh inputs in refilled buffers; then outputs of timed calls re-checked."""
+        slots = 2
+        seed0 = 3 * secrets.randbelow(2**20) + 2**22  # never a correctness seed
+        cuda = self.device == "cuda"
+        if cuda:
+            with self._phase("gpu_wait"):
+                self._wait_for_quiet_gpu(candidate)
+        with self._phase("timing"):
+            reply = candidate.request({"op": "time", "problem": self.spec.name, "shape": shape,
+                                     "dtype": str(self.dtype).removeprefix("torch."), "seed_base": seed0,
+                                     "slots": slots, "reps": self.reps, "warmup": self.warmup,
+                                     "sync_reps": 5 if cuda else 0, "graph": cuda}, "timed")
+        facts = reply["facts"]
+        banned = [m for m in facts.get("new_modules", []) if module_violation(m)]
+        if banned:
+            raise Outcome("rejected", f"calling the candidate loaded {', '.join(banned)}")
+        if facts["output_problem"]:
+            raise Outcome("incorrect", f"the candidate {facts['output_problem']}")
+        self._facts(facts, " during the timed calls")
+        if facts["idle_calls"]:
+            raise Outcome("rejected", f"{len(facts['idle_calls'])} timed call(s) launched none of the candidate's "
+                          "kernels: outputs replayed or cached instead of computed")
+        with self._phase("recheck_timed_calls"):
+            self._recheck(candidate, shape, reply["phases"], seed0 + slots)
+        result.timing = _timing(reply)
+        result.latency_us = result.timing.median_us
+        if cuda and reply.get("sync_wall_us"):
+            self._wall_check(result, shape, statistics.median(reply["sync_wall_us"]))
+        if self.req.baselines:
+            with self._phase("baselines"):
+                self._baselines(result, input_sets)
+        for name, us in result.baselines.items():
+            result.speedup[name] = round(us / result.latency_us, 4) if result.latency_us > 0 else math.inf
+        self._speed_checks(result, shape)
+
+    def _wait_for_quiet_gpu(self, candidate) -> None:
+        """No timing beside another process on this GPU (an orphaned evaluation, someone else's job):
+        wait for it to leave, up to a bound; the verdict says whom it waited for."""
+        uuid = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", None)
+        query = gpu_quiet.nvidia_smi_query(f"GPU-{uuid}" if uuid else None)
+        ours = lambda: {os.getpid(), *isolation.process_tree(candidate.proc.pid, candidate.token)}  # noqa: E731
+        note = gpu_quiet.wait_for_quiet_gpu(query, ours)
+        if note and note not in self.verdict.gpu_shared:
+            self.verdict.gpu_shared = "; ".join(filter(None, [self.verdict.gpu_shared, note]))
+
+    def _recheck(self, candidate, shape, phases: dict, seed_offset: int) -> None:
+        """Outputs of timed calls, picked after the timing, against the reference on their inputs."""
+        every = [i for name in ("warmup", "timed", "sync", "graph") for i in phases.get(name, [])]
+        if self.device == "cuda":
+            picked = set(self.rng.sample(every, min(CHECKED_TIMED_CALLS, len(every))))
+            picked.update(phases["timed"][-1:] + phases.get("graph", [])[-1:])
+        else:
+            picked = set(every)
+        where = {i: name for name in phases for i in phases[name]}
+        saved = candidate.request({"op": "save_timed", "indices": sorted(picked), "dir": str(candidate.workdir)}, "saved")
+        order = sorted(picked)
+        for i, ref in zip(order, self._references(shape, [seed_offset + i for i in order])):
+            path = saved["files"].get(str(i))
+            if path is None:
+                raise Outcome("incorrect", f"timed call {i} ({where.get(i)}) returned no usable output")
+            out = torch.load(path, weights_only=True)
+            Path(path).unlink(missing_ok=True)
+            rel, max_abs, finite = compare(out, ref)
+            bound = self.tolerance.abs_frac * ref.abs().max().item()
+            if not finite or rel > self.tolerance.rel or max_abs > bound:
+                why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
+                raise Outcome("incorrect", f"the output of timed call {i} ({where.get(i)} phase, fresh inputs in "
+                              f"refilled buffers) at {_fmt(shape)} is wrong ({why}): outputs of timed calls are "
+                              "re-checked, so cached, replayed or skipped work fails here")
+            del out, ref
+
+    def _references(self, shape, seeds: list[int]):
+        """The reference outputs for the inputs of these seeds, in order. Where the problem has a batch
+        dimension, inputs are stacked along it and run through the reference together, up to ~1 GB of
+        inputs at a time: the reference of a KDA call is thousands of small launches, so one run for six
+        calls instead of six saves seconds per evaluation."""
+        stack: list[dict] = []
+        size = 0
+        for k, seed in enumerate(seeds):
+            inputs = self.reference.make_inputs(shape, seed, self.device, self.dtype)
+            if self.spec.batch_dim is None:
+                yield self.reference.reference(**inputs)
+                continue
+            stack.append(inputs)
+            size += sum(v.numel() * v.element_size() for v in inputs.values() if isinstance(v, torch.Tensor))
+            if size >= 2**30 or k == len(seeds) - 1:
+                if len(stack) == 1:
+                    yield self.reference.reference(**stack[0])
+                else:
+                    stacked = {name: torch.cat([x[name] for x in stack]) if isinstance(v, torch.Tensor) else v
+                               for name, v in stack[0].items()}
+                    yield from self.reference.reference(**stacked).split(shape[self.spec.batch_dim])
+                stack, size = [], 0
+
+    def _wall_check(self, result: ShapeResult, shape, wall_us: float) -> None:
+        """Event time against the wall clock of a call between two full device synchronisations."""
+        event_us = result.timing.median_us
+        # the synchronised wall clock also holds the launch overhead (Python, the torch-op monitor,
+        # Triton's launcher: tens of us) and two synchronisations: the margins leave honest launchers be
+        if wall_us > 5 * event_us + 2000:
+            raise Outcome("rejected", f"at {_fmt(shape)} a call takes {wall_us:.0f} us by the wall clock between full "
+                          f"device synchronisations but {event_us:.1f} us by its stream's events: work hidden from the clock")
+        if wall_us > 3 * event_us + 300:
+            self.verdict.flags.append(f"at {_fmt(shape)}: {wall_us:.0f} us by the synchronised wall clock against "
+                                      f"{event_us:.1f} us by events: check for work outside the stream")
+
+    def _speed_checks(self, result: ShapeResult, shape) -> None:
+        """Physically impossible speed is rejected; a speedup over 10x the strongest baseline flagged."""
+        if self.profile and result.latency_us is not None:
+            elem = self.dtype.itemsize
+            result.floor_us = round(self.spec.traffic(shape, elem).floor_us(self.profile), 4)
+            result.roofline_pct = round(100.0 * result.floor_us / result.latency_us, 2) if result.latency_us > 0 else math.inf
+            if result.latency_us < FLOOR_MARGIN * result.floor_us:
+                raise Outcome("rejected", f"{result.latency_us:.2f} us at {_fmt(shape)} is under the {self.profile.name} "
+                              f"roofline floor of {result.floor_us:.2f} us: physically implausible, so suspect")
+        if result.speedup and (self.device == "cuda" or self.profile is not None):
+            best = min(result.speedup.values())
+            if best > SUSPECT_SPEEDUP:
+                self.verdict.flags.append(f"{best:.1f}x faster than the strongest baseline at {_fmt(shape)}: "
+                                          "suspect, check it")
+
+    def _known_baselines(self, shape) -> dict[str, KnownBaseline]:
+        """Figures the request offers for this shape, measured on this kind of GPU with as many calls."""
+        gpu = device_label(self.gpu)
+        return {k.name: k for k in self.req.known_baselines
+                if k.shape == shape and k.gpu == gpu and k.reps == self.reps}
+
+    def _baselines(self, result: ShapeResult, input_sets) -> None:
+        module = self.spec.baselines_module()
+        known = self._known_baselines(result.shape)
+        ref = None
+        offered = module.baselines(self.device)
+        unknown = sorted(set(self.req.only_baselines) - set(offered))
+        if unknown:
+            self.verdict.flags.append(f"no baseline named {', '.join(unknown)} here (offered: {', '.join(offered)})")
+        for name, fn in offered.items():
+            if self.req.only_baselines and name not in self.req.only_baselines:
+                continue
+            if name in known:  # timed by an earlier evaluation on this GPU: reused, and said so
+                result.baseline_timings[name] = known[name].timing
+                result.baselines[name] = known[name].timing.median_us
+                result.baselines_reused[name] = known[name].age_s
+                continue
+            if ref is None:
+                ref = self.reference.reference(**input_sets[0])
+            try:
+                with torch.no_grad():
+                    rel, _, finite = compare(fn(**input_sets[0]), ref)
+                if not finite or rel > BASELINE_TOLERANCE_FACTOR * self.tolerance.rel:
+                    self.verdict.flags.append(f"baseline {name} disagrees with the reference (rel_err {rel:.3g}); left out")
+                    continue
+                with torch.no_grad():
+                    t = timing.time_fn(fn, input_sets, self.device, self.reps, self.warmup,
+                                       **({"sync_reps": 5} if self.device == "cuda" else {}))
+            except Exception as exc:  # a broken optional baseline is reported, never fatal
+                self.verdict.flags.append(f"baseline {name} failed: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            result.baseline_timings[name] = _timing(t)
+            result.baselines[name] = result.baseline_timings[name].median_us
+
+    def _summary(self) -> str:
+        if self.req.mode != "full":
+            return f"{self.req.mode} passed on {len(self.verdict.shapes)} shape(s)"
+        parts = []
+        for r in self.verdict.shapes:
+            sp = ", ".join(f"{v:.2f}x vs {k}" for k, v in r.speedup.items())
+            if not sp and self.req.baselines:  # asked for, none timed: say so where a digest keeps it
+                sp = "no baseline could be timed: see the flags"
+            parts.append(f"{_fmt(r.shape)}: {r.latency_us:.1f} us" + (f" ({sp})" if sp else ""))
+        note = "" if self.verdict.timing_meaningful else " [CPU interpreter: times not meaningful]"
+        return "correct on every shape; " + "; ".join(parts) + note
+
+
+def _timing(raw: dict) -> Timing:
+    stats = timing.summarize(raw["times_us"])
+    graph = raw.get("graph_times_us")
+    return Timing(**{k: round(v, 3) if isinstance(v, float) else v for k, v in stats.items()},
+                  graph_median_us=round(timing.summarize(graph)["median_us"], 3) if graph else None,
+                  graph_error=raw.get("graph_error"),
+                  sync_wall_us=round(statistics.median(raw["sync_wall_us"]), 3) if raw.get("sync_wall_us") else None)
+
+
+def _fmt(shape: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in shape.items())
+
+
+def main(argv: list[str]) -> int:
+    # first: nothing this process starts may read its memory, environment or command line
+    confinement.make_non_dumpable()
+    req = EvalRequest.model_validate_json(Path(argv[0]).read_text())
+    torch.backends.cuda.matmul.allow_tf32 = False  # the reference is true fp32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        verdict = Judge(req).run()
+    except EvaluatorError as exc:
+        print(f"marathon-judge: {exc}", file=sys.stderr)
+        return 3
+    tmp = Path(argv[1]).with_suffix(".tmp")
+    tmp.write_text(verdict.model_dump_json())
+    shutil.move(tmp, argv[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

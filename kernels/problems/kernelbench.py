@@ -1,0 +1,195 @@
+"""Problems given as KernelBench-format files: `class Model(nn.Module)`, module-level size constants,
+`get_inputs()` and `get_init_inputs()`. The candidate is a module defining `class ModelNew(nn.Module)`
+with Model's constructor; the sandbox loads Model's state_dict into it, so parameters are identical.
+
+The spec half (`file_problem`) reads the file's syntax only, so the CLI and the workflow's activities
+can check a file without torch. The run-time half (`FileReference`) executes the file; it is built in
+the judge process (reference, baselines, roofline bytes) and in the sandbox (the candidate's inputs
+and its ModelNew), never in a worker.
+
+Optional module-level constants a file may declare:
+    TOLERANCE = {"rel": 1e-3, "abs_frac": 1e-2}   relative L2 and max-abs (fraction of max|ref|) limits
+    SMOKE_SHAPES = [{"batch_size": 4, "dim": 33}]   the shapes used on a CPU when no --shape is given
+    PROBE_RANGES = {"cpu": {"dim": (1, 64)}}     correctness-only shapes drawn per evaluation
+    FLOPS = "2 * batch_size * in_features * out_features"   tensor-core FLOPs, for the roofline
+    DTYPE = "bfloat16"                          the input dtype (default float32; --dtype overrides)
+"""
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass
+
+from kernels.problems.spec import ProblemFileError, ProblemSpec, ShapeError, Tolerance, Traffic
+
+ENTRY_POINT = "ModelNew"
+# Relative L2 error and max-abs error (as a fraction of max|ref|) an honest kernel stays under against
+# the fp32 reference: fp32 leaves room for TF32 tensor-core dots (Triton's default on CUDA), half
+# precisions for their rounding of inputs, parameters and the output.
+DEFAULT_TOLERANCES = {
+    "float32": Tolerance(rel=2e-3, abs_frac=2e-2),
+    "float16": Tolerance(rel=5e-3, abs_frac=3e-2),
+    "bfloat16": Tolerance(rel=2e-2, abs_frac=8e-2),
+}
+# upper-case module constants with a meaning of their own: never dimensions
+RESERVED = {"TOLERANCE", "SMOKE_SHAPES", "PROBE_RANGES", "FLOPS", "DTYPE"}
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class _FileFacts:
+    dims: dict[str, int]
+    constants: dict[str, object]
+    docstrings: list[str]
+
+
+def _facts(name: str, source: str) -> _FileFacts:
+    """Dimensions and declared constants, from the syntax tree alone; every missing piece named."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise ProblemFileError(f"problem {name}: syntax error at line {exc.lineno}: {exc.msg}") from None
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    missing = [what for what, ok in (("class Model", "Model" in classes), ("get_inputs()", "get_inputs" in functions),
+                                     ("get_init_inputs()", "get_init_inputs" in functions)) if not ok]
+    if missing:
+        raise ProblemFileError(f"problem {name}: not a KernelBench-format file: it defines no {', no '.join(missing)}")
+    dims: dict[str, int] = {}
+    constants: dict[str, object] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        key = node.targets[0].id
+        try:
+            value = ast.literal_eval(node.value)
+        except ValueError:
+            continue
+        if key in RESERVED:
+            constants[key] = value
+        elif isinstance(value, int) and not isinstance(value, bool):
+            dims[key] = value
+    docstrings = [d for d in (ast.get_docstring(tree), *(ast.get_docstring(c) for c in classes.values())) if d]
+    return _FileFacts(dims, constants, docstrings)
+
+
+def _tolerances(name: str, declared) -> dict[str, Tolerance]:
+    if declared is None:
+        return dict(DEFAULT_TOLERANCES)
+    try:
+        tol = Tolerance(rel=float(declared["rel"]), abs_frac=float(declared["abs_frac"]))
+    except (TypeError, KeyError, ValueError):
+        raise ProblemFileError(f"problem {name}: TOLERANCE must be a dict {{'rel': float, 'abs_frac': float}}") from None
+    return {d: tol for d in DTYPES}
+
+
+def _shape_list(name: str, what: str, declared, dims: dict[str, int]) -> list[dict[str, int]]:
+    if not isinstance(declared, list) or not all(isinstance(s, dict) for s in declared):
+        raise ProblemFileError(f"problem {name}: {what} must be a list of {{dimension: int}} dicts")
+    out = []
+    for s in declared:
+        unknown = set(s) - set(dims)
+        if unknown:
+            raise ProblemFileError(f"problem {name}: {what} names {', '.join(sorted(unknown))}, which the file does not define")
+        out.append({**dims, **{k: int(v) for k, v in s.items()}})
+    return out
+
+
+def statement(name: str, source: str) -> str:
+    """The task for the model, from the file's docstrings and its source."""
+    facts = _facts(name, source)
+    dims = ", ".join(f"{k}={v}" for k, v in facts.dims.items()) or "none"
+    intro = "\n\n".join(facts.docstrings)
+    return (f"# Problem {name}\n\n" + (intro + "\n\n" if intro else "")
+            + "Write a module defining `class ModelNew(nn.Module)` with the same constructor as `Model` below "
+              "(the evaluator loads Model's state_dict into it, so name parameters and submodules as Model "
+              "does) whose forward computes what Model.forward computes, with your own Triton kernels "
+              "(@triton.jit). forward may allocate, view, copy and cast tensors with torch, never compute "
+              "with it (no nn.Linear call, no torch.matmul, softmax, ...): the arithmetic must run in your "
+              "kernels. Read parameters as tensors (self.weight, self.linear.weight).\n\n"
+            + f"Size constants (the evaluator may override them): {dims}.\n\n"
+            + "```python\n" + source.strip() + "\n```\n")
+
+
+def file_problem(name: str, source: str) -> ProblemSpec:
+    facts = _facts(name, source)
+    c = facts.constants
+    bench = [dict(facts.dims)]
+    shape_sets = {"bench": bench}
+    if "SMOKE_SHAPES" in c:
+        shape_sets["smoke"] = _shape_list(name, "SMOKE_SHAPES", c["SMOKE_SHAPES"], facts.dims)
+    probe_ranges = {}
+    if "PROBE_RANGES" in c:
+        pr = c["PROBE_RANGES"]
+        if not isinstance(pr, dict) or not all(isinstance(v, dict) and set(v) <= set(facts.dims) for v in pr.values()):
+            raise ProblemFileError(f"problem {name}: PROBE_RANGES must be {{'cpu'|'cuda': {{dimension: (lo, hi)}}}}")
+        probe_ranges = {dev: {d: (int(lo), int(hi)) for d, (lo, hi) in r.items()} for dev, r in pr.items()}
+    dtype = c.get("DTYPE", "float32")
+    if dtype not in DTYPES:
+        raise ProblemFileError(f"problem {name}: DTYPE {dtype!r} is not one of {', '.join(DTYPES)}")
+    flops = c.get("FLOPS")
+    if flops is not None and not isinstance(flops, str):
+        raise ProblemFileError(f"problem {name}: FLOPS must be an expression in the dimensions, as a string")
+
+    def traffic(shape: dict[str, int], elem: int) -> Traffic:
+        # the memory floor: inputs, parameters and outputs through device memory once
+        from kernels.problems.kernelbench_runtime import FileReference
+        nbytes = FileReference.get(name, source).min_bytes(shape, elem)
+        tensor_flops = float(eval(flops, {"__builtins__": {}, "math": math}, dict(shape))) if flops else 0.0
+        return Traffic(nbytes, tensor_flops)
+
+    def check(shape: dict[str, int]) -> None:
+        if math.prod(shape.values()) > 2**40:
+            raise ShapeError(f"problem {name}: the product of the dimensions is above 2^40: too large to evaluate")
+
+    spec = FileProblemSpec(
+        name=name, entry_point=ENTRY_POINT, dims=tuple(facts.dims), shape_sets=shape_sets, defaults=dict(facts.dims),
+        check_shape=check, traffic=traffic, tolerances=_tolerances(name, c.get("TOLERANCE")),
+        dtypes={"cpu": dtype, "cuda": dtype}, shipped_kernels=(), probe_ranges=probe_ranges, source=source, seeds=2)
+    return spec
+
+
+@dataclass(frozen=True)
+class FileProblemSpec(ProblemSpec):
+    """A ProblemSpec whose reference and baselines are the file's Model, and whose statement is made
+    from the file."""
+
+    @property
+    def statement(self) -> str:
+        return statement(self.name, self.source)
+
+    def shapes(self, set_name: str) -> list[dict[str, int]]:
+        if set_name == "smoke" and "smoke" not in self.shape_sets:
+            raise ShapeError(
+                f"problem {self.name}: on a CPU its own sizes ({', '.join(f'{k}={v}' for k, v in self.defaults.items())}) "
+                "would take hours in the Triton interpreter; give small ones with --shape NAME=VALUE,... "
+                "or declare SMOKE_SHAPES in the file")
+        return super().shapes(set_name)
+
+    def reference_module(self):
+        from kernels.problems.kernelbench_runtime import FileReference
+        return FileReference.get(self.name, self.source)
+
+    def baselines_module(self):
+        return self.reference_module()
+
+
+CANDIDATE_SUFFIX = "_kernel.py"  # a suite's problem foo.py starts from the candidate foo_kernel.py beside it
+
+
+def suite_files(dir_or_glob: str) -> list[tuple[str, str]]:
+    """(problem file, starting candidate) for each problem of a suite: the .py files of a folder, or
+    those a glob matches, except the candidates (*_kernel.py) themselves. Every problem needs its
+    candidate; all missing ones are named at once."""
+    import glob
+    from pathlib import Path
+    folder = Path(dir_or_glob)
+    paths = sorted(folder.glob("*.py")) if folder.is_dir() else sorted(Path(p) for p in glob.glob(dir_or_glob))
+    problems = [p for p in paths if p.is_file() and not p.name.endswith(CANDIDATE_SUFFIX) and p.name != "__init__.py"]
+    if not problems:
+        raise ProblemFileError(f"--problems {dir_or_glob!r}: no problem files (*.py) there")
+    missing = [p.name for p in problems if not p.with_name(p.stem + CANDIDATE_SUFFIX).is_file()]
+    if missing:
+        raise ProblemFileError(f"--problems {dir_or_glob!r}: no starting candidate <name>{CANDIDATE_SUFFIX} beside "
+                               f"{', '.join(missing)}")
+    return [(str(p), str(p.with_name(p.stem + CANDIDATE_SUFFIX))) for p in problems]

@@ -1,0 +1,171 @@
+"""The run-time half of a KernelBench-format file problem (kernels/problems/kernelbench.py): the file executed,
+with its size constants overridden per shape. It serves the judge (inputs, the fp32 reference, the
+eager and torch.compile baselines, the roofline's bytes) and the sandbox (the same inputs, and the
+candidate's ModelNew built with Model's constructor arguments and state_dict)."""
+from __future__ import annotations
+
+import types
+
+import torch
+
+from kernels.problems.spec import LazyBaseline
+
+INPUT_PREFIX = "x"  # get_inputs()[i] travels as keyword x{i}
+
+
+class FileReference:
+    _cache: dict[tuple[str, str], "FileReference"] = {}
+
+    def __init__(self, name: str, source: str) -> None:
+        self.name = name
+        self.module = types.ModuleType(f"marathon_problem_{name}")
+        self.module.__file__ = f"<problem {name}>"
+        exec(compile(source, f"<problem {name}>", "exec"), self.module.__dict__)
+        self.param_seed = 0  # the seed Model's parameters are drawn with; set fresh per evaluation
+        self.current_shape: dict[str, int] | None = None
+        self._models: dict[tuple, torch.nn.Module] = {}
+
+    @classmethod
+    def get(cls, name: str, source: str) -> "FileReference":
+        key = (name, source)
+        if key not in cls._cache:
+            cls._cache[key] = cls(name, source)
+        return cls._cache[key]
+
+    def use_shape(self, shape: dict[str, int]) -> None:
+        """The file's size constants become this shape's, for get_inputs()/get_init_inputs()."""
+        self.module.__dict__.update(shape)
+        self.current_shape = dict(shape)
+
+    def init_inputs(self, shape: dict[str, int]) -> list:
+        self.use_shape(shape)
+        return list(self.module.get_init_inputs())
+
+    def build(self, cls, shape: dict[str, int], state: dict | None = None) -> torch.nn.Module:
+        """cls(*get_init_inputs()) with Model's parameters (drawn with param_seed) loaded into it."""
+        init = self.init_inputs(shape)
+        if state is None:
+            torch.manual_seed(self.param_seed)
+            state = self.module.Model(*init).state_dict()
+        model = cls(*init)
+        model.load_state_dict(state, strict=False)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        return model.eval()
+
+    def model(self, shape: dict[str, int], device: str, dtype: torch.dtype) -> torch.nn.Module:
+        key = (tuple(sorted(shape.items())), device, dtype)
+        if key not in self._models:
+            self._models[key] = self.build(self.module.Model, shape).to(device=device, dtype=dtype)
+        return self._models[key]
+
+    def make_inputs(self, shape: dict[str, int], seed: int, device: str, dtype: torch.dtype) -> dict:
+        self.use_shape(shape)
+        torch.manual_seed(seed)
+        values = list(self.module.get_inputs())
+        return {f"{INPUT_PREFIX}{i}": _cast(v, device, dtype) for i, v in enumerate(values)}
+
+    def _args(self, inputs: dict) -> list:
+        return [inputs[f"{INPUT_PREFIX}{i}"] for i in range(len(inputs))]
+
+    def reference(self, **inputs) -> torch.Tensor:
+        """Model's output in fp32 on the (cast) inputs, with fp32 parameters."""
+        args = [v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in self._args(inputs)]
+        device = next((v.device.type for v in args if isinstance(v, torch.Tensor)), "cpu")
+        with torch.no_grad():
+            return _single(self.model(self.current_shape, device, torch.float32)(*args), self.name).float()
+
+    def output_spec(self, shape: dict[str, int], dtype: torch.dtype) -> tuple[tuple[int, ...], torch.dtype]:
+        out = self._meta_output(shape, dtype)
+        return tuple(out.shape), (dtype if out.is_floating_point() else out.dtype)
+
+    def _meta_output(self, shape, dtype) -> torch.Tensor:
+        """The output's shape without computing it (meta tensors); computed on the CPU where an op has
+        no meta implementation."""
+        inputs = self.make_inputs(shape, 0, "cpu", dtype)
+        model = self.model(shape, "cpu", dtype)
+        with torch.no_grad():
+            try:
+                meta = model.to("meta")
+                try:
+                    return _single(meta(*[_cast(v, "meta", dtype) for v in self._args(inputs)]), self.name)
+                finally:
+                    self._models.pop((tuple(sorted(shape.items())), "cpu", dtype), None)
+            except Exception:
+                return _single(self.model(shape, "cpu", dtype)(*self._args(inputs)), self.name)
+
+    def min_bytes(self, shape: dict[str, int], elem: int) -> float:
+        """Inputs, parameters and the output, each through device memory once."""
+        inputs = self.make_inputs(shape, 0, "meta", torch.float32)
+        total = sum(_nbytes(v, elem) for v in inputs.values())
+        with torch.device("meta"):
+            total += sum(_nbytes(p, elem) for p in self.module.Model(*self.init_inputs(shape)).parameters())
+        out_shape, _ = self.output_spec(shape, torch.float32)
+        n = 1
+        for d in out_shape:
+            n *= d
+        return float(total + n * elem)
+
+    def baselines(self, device: str) -> dict:
+        """Model in eager mode and under torch.compile, on the inputs' dtype."""
+        def eager(**inputs):
+            return self.model(self.current_shape, device, _dtype_of(inputs))(*self._args(inputs))
+
+        def build_compiled():
+            compiled: dict = {}
+
+            def run(**inputs):
+                key = (tuple(sorted(self.current_shape.items())), _dtype_of(inputs))
+                if key not in compiled:
+                    compiled[key] = torch.compile(self.model(self.current_shape, device, key[1]))
+                return compiled[key](*self._args(inputs))
+            return run
+        return {"eager": eager, "compile": LazyBaseline(build_compiled)}
+
+
+class CandidateModel:
+    """In the sandbox: the candidate's ModelNew, rebuilt (outside the clock and the torch-op monitor)
+    when the shape changes, called with get_inputs()'s tensors in order."""
+
+    def __init__(self, cls, reference: FileReference, device: str) -> None:
+        self.cls, self.reference, self.device = cls, reference, device
+        self.key = None
+        self.model = None
+
+    def prepare(self, shape: dict[str, int], dtype: torch.dtype) -> None:
+        key = (tuple(sorted(shape.items())), dtype)
+        if key != self.key:
+            self.model = None  # the old model's memory goes first
+            self.model = self.reference.build(self.cls, shape).to(device=self.device, dtype=dtype)
+            self.key = key
+        self.reference.use_shape(shape)
+
+    def __call__(self, **inputs):
+        with torch.no_grad():
+            return self.model(*[inputs[f"{INPUT_PREFIX}{i}"] for i in range(len(inputs))])
+
+
+def _cast(v, device, dtype):
+    if not isinstance(v, torch.Tensor):
+        return v
+    return v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype)
+
+
+def _nbytes(v, elem: int) -> int:
+    if not isinstance(v, torch.Tensor):
+        return 0
+    return v.numel() * (elem if v.is_floating_point() else v.element_size())
+
+
+def _dtype_of(inputs: dict) -> torch.dtype:
+    return next((v.dtype for v in inputs.values() if isinstance(v, torch.Tensor) and v.is_floating_point()),
+                torch.float32)
+
+
+def _single(out, name: str) -> torch.Tensor:
+    if isinstance(out, (tuple, list)) and len(out) == 1:
+        out = out[0]
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"problem {name}: Model.forward must return one tensor, not {type(out).__name__}")
+    return out
+
