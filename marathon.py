@@ -336,17 +336,13 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
     with contextlib.ExitStack() as stack:
         address = args.address
         if address is None:
-            from reports.local import run_db, serving
+            from reports.local import embedded_server
             print("starting an embedded Temporal dev server and workers for this run ...", file=out, flush=True)
-            db = run_db(state, workflow_id)  # its own database: `marathon runs` and `report` read it later
-            try:
-                lock = stack.enter_context(serving(db))
+            try:  # its own database: `marathon runs` and `report` read it later
+                address = stack.enter_context(embedded_server(state, workflow_id)).address
             except ValueError as exc:
                 print(f"marathon run: {exc}", file=sys.stderr)
                 return 2
-            server = stack.enter_context(worker.DevServer(db=db, log=db.parent / "temporal.log"))
-            lock.publish(server.address)
-            address = server.address
         try:
             client = await worker.connect(address, args.namespace)
         except RuntimeError as exc:

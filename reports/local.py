@@ -103,6 +103,19 @@ def serving(db: Path) -> Iterator[DatabaseLock]:
 
 
 @contextlib.contextmanager
+def embedded_server(state: Path, workflow_id: str):
+    """The dev server of an embedded run (or suite) `workflow_id`: its own database under `state`,
+    claimed for as long as it runs, so that `marathon runs` and `report` find it, live or later.
+    ValueError when another process serves that database already."""
+    import worker
+
+    db = run_db(state, workflow_id)
+    with serving(db) as lock, worker.DevServer(db=db, log=db.parent / "temporal.log") as server:
+        lock.publish(server.address)
+        yield server
+
+
+@contextlib.contextmanager
 def reading(db: Path) -> Iterator[str]:
     """An address that serves `db`: its live server's, or a headless dev server's started for the read."""
     import worker

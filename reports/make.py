@@ -34,13 +34,26 @@ async def client_for(workflow_id: str, state: Path, address: str | None, namespa
     if address is not None:
         yield await connect(address, namespace)
         return
-    db = local.run_db(state, workflow_id)
-    if not db.is_file():
-        db = state / local.DEV_DB
-    if not db.is_file():
-        raise ReportError(f"no run {workflow_id!r} under {state} (no database holds it; give --state-dir or --address)")
-    with local.reading(db) as served_on:
-        yield await connect(served_on, namespace)
+    own = local.run_db(state, workflow_id)
+    # a run's own database first; then the others (`marathon dev`'s, an embedded suite's runs)
+    for db in ([own] if own.is_file() else []) + [d for d in local.databases(state) if d != own]:
+        with local.reading(db) as served_on:
+            client = await connect(served_on, namespace)
+            if await _holds(client, workflow_id):
+                yield client
+                return
+    raise ReportError(f"no run {workflow_id!r} under {state} (no database there holds it; give --state-dir or --address)")
+
+
+async def _holds(client, workflow_id: str) -> bool:
+    from temporalio.service import RPCError, RPCStatusCode
+    try:
+        await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
 
 
 def record(state: Path, workflow_id: str, html: Path) -> None:

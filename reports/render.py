@@ -6,7 +6,7 @@
     notebook.md        the run's lab notebook
     best_verdict.json  the best kernel's full verdict (`marathon eval --json` form)
     best_kernel.py     the best kernel's exact source under a header comment; judged as it is
-    problem.py         a KernelBench-format problem's source (the judge-again command names it)
+    <problem>.py       a KernelBench-format problem's source (the judge-again command names it)
 
 The folder is written whole into a temporary sibling and moved into place, so a reader never sees half
 of it; a folder that holds anything but an earlier report of the same run is refused."""
@@ -23,6 +23,7 @@ from pathlib import Path
 import jinja2
 
 from reports.collect import RunFacts
+from reports.local import safe_name
 from reports.plots import STATUS_COLOURS, metric, progress_png, shapes_png
 
 MARKER = ".marathon-report"  # names the run a report folder belongs to
@@ -33,11 +34,17 @@ def fmt_shape(shape: dict[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in shape.items())
 
 
+def problem_file(facts: RunFacts) -> str:
+    """The file name a KernelBench-format problem's source gets in the folder: its own name, so that a
+    verdict judged from it names the same problem."""
+    return safe_name(facts.problem) + ".py"
+
+
 def judge_command(facts: RunFacts) -> str:
     """The command that judges best_kernel.py again, run from the report folder: same problem, device
     and shapes as the run's verdict."""
     v = facts.best_verdict
-    problem = "problem.py" if facts.problem_source else facts.problem
+    problem = problem_file(facts) if facts.problem_source else facts.problem
     parts = ["marathon", "eval", "--problem", problem, "--kernel", "best_kernel.py"]
     if v is not None:
         parts += ["--device", "cuda" if v.device.startswith("cuda") else "cpu"]
@@ -164,7 +171,7 @@ def write_report(facts: RunFacts, out: Path) -> Path:
             if facts.best_source is not None:
                 files["best_kernel.py"] = kernel_header(facts) + facts.best_source
         if facts.problem_source:
-            files["problem.py"] = facts.problem_source
+            files[problem_file(facts)] = facts.problem_source
         for name, text in files.items():
             (tmp / name).write_text(text, encoding="utf-8")
         if out.exists():
