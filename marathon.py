@@ -408,8 +408,8 @@ async def _report_when_done(client, workflow_id: str, as_json: bool, out, comman
             await asyncio.wait_for(follow, 30)
     html = None
     if report_to is not None:
-        from reports.make import write_for
-        try:
+        try:  # (a host without matplotlib or jinja2 still gets the run's outcome)
+            from reports.make import write_for
             html = await write_for(client, workflow_id, report_to[0], artifacts=report_to[1])
         except Exception as exc:  # the run's outcome stands without its report folder
             print(f"marathon {command}: the report folder was not written: {exc}", file=sys.stderr)

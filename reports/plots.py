@@ -77,8 +77,10 @@ def progress_png(facts: RunFacts) -> str | None:
     if what == "speedup":  # room below the zero line, where the failed evaluations sit
         axes[0].set_ylim(bottom=min(0.0, floor) - 0.04 * max(ok_values))
     axes[1].legend(loc="best", fontsize=8)
-    fig.suptitle("best " + ("speedup" if what == "speedup" else "latency") + " so far; every evaluation a point "
-                 "(failures on the " + ("zero line" if what == "speedup" else "top line") + ")", fontsize=10)
+    failures = any(e.status != "ok" for e in facts.evaluations)
+    fig.suptitle("best " + ("speedup" if what == "speedup" else "latency") + " so far; every evaluation a point"
+                 + (" (failures on the " + ("zero line" if what == "speedup" else "top line") + ")" if failures else ""),
+                 fontsize=10)
     return _png(fig)
 
 

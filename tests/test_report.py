@@ -258,3 +258,40 @@ def test_runs_lists_three_runs_of_two_problems(three_runs):
     assert mine["mla-still-going"].report == str(going_html.resolve()) and mine["silu-one-call"].report is None
     assert [r.workflow_id for r in only_silu] == ["silu-one-call"]
     assert unknown == "no run 'never-started'"
+
+
+def test_report_of_a_gpu_verdict(tmp_path):
+    """The parts only a GPU run fills: the GPU and driver in best_kernel.py's header, a judge-again command
+    on CUDA, the roofline floor per shape, Nsight Compute figures. From an H200 verdict the repository
+    keeps (bench/results), rendered without a server."""
+    from datetime import datetime, timezone
+
+    from kernels.evaluator.verdict import Verdict
+    from reports.collect import AttemptRow, EvalPoint, RunFacts
+    from reports.render import write_report
+    from workflows.models import BestReport
+
+    record = json.loads((ROOT / "bench" / "results" / "h200" / "mla_decode_starter_tuner.json").read_text())
+    v = Verdict.model_validate(record["verdict"])
+    assert v.gpu is not None and any(r.floor_us for r in v.shapes)
+    speedup = v.best_speedup()
+    now = datetime.now(timezone.utc)
+    ncu = {"_mla_decode_kernel": {"dram__throughput.avg.pct_of_peak_sustained_elapsed": 41.5}}
+    facts = RunFacts(workflow_id="gpu-run", run_ids=["r1"], problem="mla_decode", policy="tuner",
+                     temporal_status="COMPLETED", finished=True, phase="finished", started_at=now, ended_at=now,
+                     generated_at=now, hours=0.1, tool_calls=3, device="cuda",
+                     attempts=[AttemptRow(n=0, origin="start", tool_call=0, status="ok", speedup=speedup,
+                                          baseline="torch_compile", evaluations=1, hours=0.05)],
+                     evaluations=[EvalPoint(attempt=0, tool="profile_kernel", mode="full", status="ok", reason=v.reason,
+                                            tool_call=1, hours=0.05, speedup=speedup)],
+                     best=BestReport(attempt=0, source=STARTER_MLA, sha256="0" * 64, speedup=speedup, verdict=v),
+                     best_source=STARTER_MLA, start_source=STARTER_MLA, best_ncu=ncu)
+    html_path = write_report(facts, tmp_path / "gpu")
+    header = (tmp_path / "gpu" / "best_kernel.py").read_text().split('"""', 1)[0]
+    assert f"GPU: {v.gpu.name}, driver {v.gpu.driver}" in header and "--device cuda" in header
+    assert f"torch {v.versions['torch']}, triton {v.versions['triton']}" in header
+    html = html_path.read_text()
+    assert 'id="shapes"' in html and "dram__throughput.avg.pct_of_peak_sustained_elapsed" in html
+    for r in v.shapes:
+        assert f"{r.floor_us:.2f}" in html and f"{r.latency_us:.2f}" in html
+    assert "The best kernel is the starting kernel, unchanged." in html
