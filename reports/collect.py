@@ -135,6 +135,14 @@ def _payload(payloads: Any) -> Any:
     return json.loads(items[0].data or b"null")
 
 
+def _payload_one(payload: Any) -> Any:
+    """One payload, decoded; None where it is not JSON."""
+    try:
+        return json.loads(payload.data or b"null")
+    except (ValueError, AttributeError):
+        return None
+
+
 def _when(event) -> datetime:
     return event.event_time.ToDatetime().replace(tzinfo=timezone.utc)
 
@@ -215,13 +223,6 @@ def _read_histories(segments: list[tuple[str, Any]]) -> _HistoryFacts:
                 if raw is not None:
                     facts.result = RunReport.model_validate(raw)
     return facts
-
-
-def _payload_one(payload: Any) -> Any:
-    try:
-        return json.loads(payload.data or b"null")
-    except (ValueError, AttributeError):
-        return None
 
 
 # ------------------------------------------------------------------------------------ the run

@@ -64,6 +64,7 @@ class DatabaseLock:
         except BlockingIOError:
             os.close(fd)
             return False
+        os.ftruncate(fd, 0)  # a dead holder's address is stale
         self.fd = fd
         return True
 

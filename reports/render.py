@@ -108,8 +108,8 @@ def outcome(facts: RunFacts) -> str:
     evals = len(facts.evaluations)
     if facts.best is None:
         counts = ", ".join(f"{n} {s}" for s, n in sorted(facts.status_counts().items()))
-        best = (f"no kernel passed: every one of the {evals} evaluations failed ({counts})" if evals
-                else "no kernel evaluated yet")
+        every = "its one evaluation" if evals == 1 else f"every one of its {evals} evaluations"
+        best = f"no kernel passed: {every} failed ({counts})" if evals else "no kernel evaluated yet"
     else:
         b = facts.best
         best = (f"best: attempt {b.attempt} at {b.speedup:.4g}x against {facts.best_baseline_name()}"

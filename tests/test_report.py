@@ -237,7 +237,7 @@ def test_report_of_a_run_whose_every_attempt_failed(three_runs):
     _, _, failed_html, _, _, _, _ = three_runs
     folder = failed_html.parent
     html = failed_html.read_text()
-    assert "no kernel passed: every one of the 1 evaluations failed (1 rejected)" in html
+    assert "no kernel passed: its one evaluation failed (1 rejected)" in html
     assert 'id="no-progress"' in html and "<img" not in html  # said plainly, no empty plot
     assert not (folder / "best_kernel.py").exists() and not (folder / "best_verdict.json").exists()
     assert "rejected" in (folder / "attempts.csv").read_text()
