@@ -97,6 +97,7 @@ class RunFacts(BaseModel):
     best: BestReport | None = None
     best_source: str | None = None
     best_ncu: dict[str, Any] | None = None
+    best_sweep: str | None = None  # the closing sweep check of the best, in a line
     start_source: str | None = None
     start_label: str = ""
     compactions: list[TimedEvent] = Field(default_factory=list)
@@ -171,6 +172,13 @@ class _HistoryFacts(BaseModel):
     result: RunReport | None = None
 
 
+def _sweep_check(inp: dict, spec: RunSpec | None) -> bool:
+    """Whether an evaluation is the run's closing sweep check of its best kernel: it is not one of the
+    attempt's own evaluations (the ledger keeps it apart, as best_sweep), so it must not take their place."""
+    shapes = (inp.get("settings") or {}).get("shapes")
+    return shapes == "sweep" and spec is not None and spec.eval.shapes != "sweep"
+
+
 def _read_histories(segments: list[tuple[str, Any]]) -> _HistoryFacts:
     facts = _HistoryFacts()
     for _, history in segments:
@@ -194,7 +202,7 @@ def _read_histories(segments: list[tuple[str, Any]]) -> _HistoryFacts:
             elif ev.HasField("activity_task_completed_event_attributes"):
                 a = ev.activity_task_completed_event_attributes
                 name, inp = scheduled.get(a.scheduled_event_id, ("?", None))
-                if name in names.EVAL_TOOLS and isinstance(inp, dict):
+                if name in names.EVAL_TOOLS and isinstance(inp, dict) and not _sweep_check(inp, facts.spec):
                     facts.evals.append((_when(ev), int(inp.get("attempt", -1)),
                                         EvalResult.model_validate(_payload(a.result))))
                 elif name == names.PREPARE_RUN and facts.setup is None:
@@ -352,4 +360,6 @@ async def collect(client: Client, workflow_id: str, store: ArtifactStore | None 
               for i, (t, n) in enumerate(hist.hops)],
         retries=[TimedEvent(hours=_hours(started_at, t), what=w) for t, w in hist.retries],
         faults=[TimedEvent(hours=_hours(started_at, t), what=w) for t, w in hist.faults],
+        best_sweep=(f"{hist.result.best_sweep.status}: {one_line(hist.result.best_sweep.reason, 300)}"
+                    if hist.result is not None and hist.result.best_sweep else None),
         notebook=notebook, notes=notes)

@@ -294,3 +294,13 @@ def test_report_of_a_gpu_verdict(tmp_path):
     for r in v.shapes:
         assert f"{r.floor_us:.2f}" in html and f"{r.latency_us:.2f}" in html
     assert "The best kernel is the starting kernel, unchanged." in html
+
+
+def test_the_closing_sweep_check_is_not_an_attempts_own_evaluation():
+    from reports.collect import _sweep_check
+    bench_run = RunSpec(problem="mla_decode")
+    sweep_run = RunSpec(problem="mla_decode", eval=EvalSettings(shapes="sweep"))
+    check = {"attempt": 3, "settings": {"shapes": "sweep", "baselines": False}}
+    assert _sweep_check(check, bench_run)
+    assert not _sweep_check(check, sweep_run)  # a run judged on the sweep throughout has no closing check
+    assert not _sweep_check({"attempt": 3, "settings": {"shapes": "bench"}}, bench_run)
