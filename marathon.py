@@ -126,12 +126,8 @@ def _project_on_path() -> None:
 
 
 def _state_dir(path: str | None):
-    from pathlib import Path
-    import os
-    if path:
-        return Path(path).expanduser()
-    base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
-    return base / "kernel-marathon"
+    from reports.local import state_dir
+    return state_dir(path)
 
 
 def spec_from_args(args: argparse.Namespace):
@@ -342,9 +338,13 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
     with contextlib.ExitStack() as stack:
         address = args.address
         if address is None:
+            from reports.local import embedded_server
             print("starting an embedded Temporal dev server and workers for this run ...", file=out, flush=True)
-            server = stack.enter_context(worker.DevServer(log=state / "temporal-embedded.log"))
-            address = server.address
+            try:  # its own database: `marathon runs` and `report` read it later
+                address = stack.enter_context(embedded_server(state, workflow_id)).address
+            except ValueError as exc:
+                print(f"marathon run: {exc}", file=sys.stderr)
+                return 2
         try:
             client = await worker.connect(address, args.namespace)
         except RuntimeError as exc:
@@ -370,7 +370,8 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
             if args.detach:
                 print(workflow_id)
                 return 0
-            return await _report_when_done(client, workflow_id, args.json, out, "run", address, args.server_wait)
+            return await _report_when_done(client, workflow_id, args.json, out, "run", address, args.server_wait,
+                                           report_to=(state, args.artifacts or state / "artifacts"))
         finally:
             if workers is not None:
                 await workers.shutdown()
@@ -379,10 +380,12 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
 
 
 async def _report_when_done(client, workflow_id: str, as_json: bool, out, command: str, address: str,
-                            server_wait_s: float) -> int:
+                            server_wait_s: float, report_to: tuple | None = None) -> int:
     """Follow a run to its end (live progress on `out`), then print its report; the exit status says
     whether it found a kernel. `handle.result` follows continue-as-new to the last segment, and waits
-    out a restart of the server (up to `server_wait_s`)."""
+    out a restart of the server (up to `server_wait_s`). With `report_to` (the state directory and the
+    artifact store) the report folder is written too, its report.html's path printed last (with
+    `as_json`: in the JSON as `report`, and on stderr)."""
     import asyncio
     import contextlib
 
@@ -405,7 +408,25 @@ async def _report_when_done(client, workflow_id: str, as_json: bool, out, comman
         stop.set()  # and let its last query finish (see _follow)
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(follow, 30)
-    print(report.model_dump_json(indent=2) if as_json else _report_table(report))
+    html = None
+    if report_to is not None:
+        try:  # (a host without matplotlib or jinja2 still gets the run's outcome)
+            from reports.make import write_for
+            html = await write_for(client, workflow_id, report_to[0], artifacts=report_to[1])
+        except Exception as exc:  # the run's outcome stands without its report folder
+            print(f"marathon {command}: the report folder was not written: {exc}", file=sys.stderr)
+    if as_json:
+        data = report.model_dump(mode="json")
+        if html is not None:
+            data["report"] = str(html)
+        import json
+        print(json.dumps(data, indent=2), flush=True)
+        if html is not None:
+            print(f"report: {html}", file=sys.stderr, flush=True)
+    else:
+        print(_report_table(report))
+        if html is not None:
+            print(f"\nreport: {html}", flush=True)
     return 0 if report.best is not None else 1
 
 
@@ -464,10 +485,17 @@ def cmd_dev(args: argparse.Namespace) -> int:
     import worker
     from workflows import names
 
+    from reports.local import DEV_DB, DatabaseLock
+
     state = _state_dir(args.state_dir)
-    server = worker.DevServer(port=args.port, ui_port=args.ui_port, db=state / "temporal.db", ip=args.ip,
+    server = worker.DevServer(port=args.port, ui_port=args.ui_port, db=state / DEV_DB, ip=args.ip,
                               log=state / "temporal.log")
+    lock = DatabaseLock(state / DEV_DB)  # `marathon runs` and `report` then ask this server, not the file
+    if not lock.try_acquire():
+        print(f"marathon dev: {state / DEV_DB} is served already (on {lock.holder_address()})", file=sys.stderr)
+        return 2
     server.start()
+    lock.publish(server.address)
     try:
         print(f"Temporal dev server on {server.address} (state in {state / 'temporal.db'})\n"
               f"Web UI: http://{args.ip if args.ip != '0.0.0.0' else 'localhost'}:{args.ui_port}\n"
@@ -485,6 +513,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
             return 0
     finally:
         server.stop()
+        lock.release()
 
 
 async def _schedule_async(args: argparse.Namespace, spec) -> int:
@@ -522,6 +551,43 @@ async def _schedule_async(args: argparse.Namespace, spec) -> int:
             else f"{spec.problem} ({spec.resolved_policy()})")
     print(f"{verb} schedule {args.id}: {what} at '{args.cron}' "
           f"on {args.address}, task queue {args.task_queue}; watch its runs in the Web UI")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import asyncio
+    _project_on_path()
+    from reports.collect import ReportError
+    from reports.make import Unreachable, report
+    try:
+        html = asyncio.run(report(args.workflow_id, _state_dir(args.state_dir), args.address, args.out,
+                                  args.artifacts, args.namespace))
+    except (ReportError, ValueError, OSError) as exc:
+        why = f" ({_why(exc.__cause__)})" if isinstance(exc, Unreachable) and exc.__cause__ else ""
+        print(f"marathon report: {exc}{why}", file=sys.stderr)
+        return 2
+    print(html)
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    import asyncio
+    _project_on_path()
+    from reports.collect import ReportError
+    from reports.make import Unreachable
+    from reports.runs import list_runs, parse_since, table
+    try:
+        since = parse_since(args.since) if args.since else None
+        rows = asyncio.run(list_runs(_state_dir(args.state_dir), args.address, args.problem, since, args.namespace))
+    except (ReportError, ValueError, OSError) as exc:
+        why = f" ({_why(exc.__cause__)})" if isinstance(exc, Unreachable) and exc.__cause__ else ""
+        print(f"marathon runs: {exc}{why}", file=sys.stderr)
+        return 2
+    if args.json:
+        import json
+        print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+    else:
+        print(table(rows))
     return 0
 
 
@@ -652,6 +718,27 @@ def add_run_and_dev(sub) -> None:
     dev.add_argument("--gpus", default="auto", help="auto: one evaluation worker per GPU; none; or a list like 0,1")
     dev.add_argument("--no-worker", action="store_true", help="the server only")
     dev.set_defaults(func=cmd_dev)
+
+    rep = sub.add_parser("report", help="a run's report folder: report.html (progress plots, attempts), report.md, "
+                                        "attempts.csv, notebook.md, best_kernel.py, best_verdict.json")
+    rep.add_argument("workflow_id")
+    rep.add_argument("--out", default=None, help="the folder to write (default: STATE/reports/WORKFLOW_ID)")
+    rep.add_argument("--address", default=None,
+                     help="a Temporal server that holds the run; default: the databases under --state-dir")
+    rep.add_argument("--namespace", default="default")
+    rep.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
+    rep.add_argument("--artifacts", default=None, help="the run's artifact store (default: STATE/artifacts)")
+    rep.set_defaults(func=cmd_report)
+
+    runs = sub.add_parser("runs", help="what ran: id, problem, policy, status, hours, tool calls, best speedup, report")
+    runs.add_argument("--address", default=None,
+                      help="a Temporal server to ask; default: the databases under --state-dir")
+    runs.add_argument("--namespace", default="default")
+    runs.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
+    runs.add_argument("--problem", default=None, help="only this problem's runs")
+    runs.add_argument("--since", default=None, metavar="AGE", help="only runs started within AGE (90m, 24h, 3d, 1w)")
+    runs.add_argument("--json", action="store_true", help="one JSON list")
+    runs.set_defaults(func=cmd_runs)
 
     sched = sub.add_parser("schedule", help="nightly (or any cron) runs as Temporal schedules")
     ssub = sched.add_subparsers(dest="schedule_command", required=True)

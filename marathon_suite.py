@@ -55,7 +55,12 @@ async def run_suite(args: argparse.Namespace, spec) -> int:
         if address is None:
             state = _state_dir(args.state_dir)
             print("starting an embedded Temporal dev server and workers for this suite ...", file=out, flush=True)
-            address = stack.enter_context(worker.DevServer(log=state / "temporal-embedded.log")).address
+            from reports.local import embedded_server
+            try:  # its own database: `marathon runs` and `report` find the suite's runs there later
+                address = stack.enter_context(embedded_server(state, workflow_id)).address
+            except ValueError as exc:
+                print(f"marathon suite: {exc}", file=sys.stderr)
+                return 2
         client = await worker.connect(address, args.namespace)
         if args.address is None:
             workers = worker.build_workers(client, task_queue=args.task_queue, gpu_task_queue=args.gpu_task_queue,

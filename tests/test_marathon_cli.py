@@ -34,6 +34,18 @@ def test_marathon_run_tuner_end_to_end_json(tmp_path):
     configs = [a["config"] for a in report["ledger"]]
     assert len({json.dumps(c, sort_keys=True) for c in configs}) == 3  # three distinct configurations
     assert "profile attempt 0" in out.stderr  # live progress went to stderr
+    # the report folder, written by the run itself: in the JSON, and the last line on stderr
+    html = Path(report["report"])
+    assert html == tmp_path / "reports" / report["workflow_id"] / "report.html" and html.is_file()
+    assert out.stderr.strip().splitlines()[-1] == f"report: {html}"
+    assert (html.parent / "best_kernel.py").read_text().endswith(best["source"])
+    # the embedded run kept its database: `marathon runs` lists it from the state directory
+    runs = subprocess.run([sys.executable, "marathon.py", "runs", "--state-dir", str(tmp_path), "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert runs.returncode == 0, runs.stderr
+    [row] = json.loads(runs.stdout)
+    assert row["workflow_id"] == report["workflow_id"] and row["status"] == "COMPLETED" and row["tool_calls"] == 5
+    assert row["report"] == str(html.resolve())
 
 
 def _temporal(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

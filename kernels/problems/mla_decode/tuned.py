@@ -30,7 +30,9 @@ import triton.language as tl
 # Knobs a tuner may turn (kernels/problems/tunables.py); the launcher reads CONFIG. Two regimes, because the
 # best tiles differ: "small" (B * ceil(H / 64) < SMALL_BELOW, e.g. B=1: a few microseconds of work,
 # where latency and the workspace decide) reads the SMALL_* keys; otherwise (e.g. B=32, H=128: tensor
-# cores busy) the plain keys.
+# cores busy) the plain keys. Small head blocks read each cache slice once per block (from L2), so
+# with 64 heads or more and a large cache the small regime gives way to the plain tiles even at B=1:
+#   SMALL_WORK_BELOW  B * H * S under which the small regime holds at H >= 64
 #   BLOCK_H      heads per program (the M of both products; clamped to the padded head count)
 #   BLOCK_N      cache rows per inner-loop tile
 #   num_warps, num_stages: stage 1's warps and software-pipelining depth
@@ -51,6 +53,7 @@ TUNABLES = {
     "num_stages": (1, 2, 3, 4),
     "SPLIT_WAVES": (0.25, 0.5, 1, 2, 4),
     "SMALL_BELOW": (0, 2, 4, 8, 16, 32),
+    "SMALL_WORK_BELOW": (0, 524288, 2097152, 8388608),
     "SMALL_BLOCK_H": (16, 32, 64),
     "SMALL_BLOCK_N": (16, 32, 64, 128),
     "SMALL_num_warps": (4, 8),
@@ -68,9 +71,12 @@ TUNABLES = {
 # time after an L2 flush, 21.7 us at B=1, H=64, S=8192 and 272 us at B=32, H=128, S=8192.
 # A later tune with FORM (mla_decode_tune.json @bb2fa31) found the best "tokens" stage 1 within
 # 0.4 us of this CONFIG at B=1 (21.09 against 21.47 us in the same run): not worth changing.
+# SMALL_WORK_BELOW from `python bench/mla_decode.py plans` over the regime table (mla_decode_plans
+# in bench/results/h200/): the plain tiles won from B*H*S = 2^21 up at 64 and 128 heads (B=4, H=128,
+# S=65536: 262 against 671 us) and lost below it (B=1, H=64, S=8192: 33.8 against 21.4 us).
 CONFIG = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "SPLIT_WAVES": 1,
-          "SMALL_BELOW": 16, "SMALL_BLOCK_H": 16, "SMALL_BLOCK_N": 32, "SMALL_num_warps": 4,
-          "SMALL_num_stages": 3, "SMALL_SPLIT_WAVES": 1, "NUM_SPLITS": "auto", "MIN_SPLIT": 64,
+          "SMALL_BELOW": 16, "SMALL_WORK_BELOW": 2097152, "SMALL_BLOCK_H": 16, "SMALL_BLOCK_N": 32,
+          "SMALL_num_warps": 4, "SMALL_num_stages": 3, "SMALL_SPLIT_WAVES": 1, "NUM_SPLITS": "auto", "MIN_SPLIT": 64,
           "MERGE_BLOCK_D": 256, "MERGE_WARPS": 4, "PDL": True, "FORM": "heads", "SMALL_FORM": "heads"}
 
 D_LATENT = 512
@@ -222,7 +228,8 @@ def _num_splits(B: int, n_head_blocks: int, S: int, block_n: int, waves: float) 
 def plan(B: int, H: int, S: int) -> tuple[str, int, int, int, int, int]:
     """The launch plan CONFIG gives a shape: (regime prefix, head block, tile rows, head blocks,
     splits, rows per split)."""
-    pre = "SMALL_" if B * triton.cdiv(H, 64) < CONFIG["SMALL_BELOW"] else ""  # the regime's keys
+    small = B * triton.cdiv(H, 64) < CONFIG["SMALL_BELOW"] and (H < 64 or B * H * S < CONFIG["SMALL_WORK_BELOW"])
+    pre = "SMALL_" if small else ""  # the regime's keys
     # heads are the M of the tensor-core products: at least 16, at most BLOCK_H
     block_h = min(CONFIG[pre + "BLOCK_H"], max(16, triton.next_power_of_2(H)))
     block_n = CONFIG[pre + "BLOCK_N"]

@@ -1,0 +1,187 @@
+"""A run's report folder, from its RunFacts:
+
+    report.html        one self-contained page (plots inlined as PNG, no network)
+    report.md          the same facts as text
+    attempts.csv       one row per attempt
+    notebook.md        the run's lab notebook
+    best_verdict.json  the best kernel's full verdict (`marathon eval --json` form)
+    best_kernel.py     the best kernel's exact source under a header comment; judged as it is
+    <problem>.py       a KernelBench-format problem's source (the judge-again command names it)
+
+The folder is written whole into a temporary sibling and moved into place, so a reader never sees half
+of it; a folder that holds anything but an earlier report of the same run is refused."""
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import jinja2
+
+from reports.collect import RunFacts
+from reports.local import safe_name
+from reports.plots import STATUS_COLOURS, metric, progress_png, shapes_png
+
+MARKER = ".marathon-report"  # names the run a report folder belongs to
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def fmt_shape(shape: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in shape.items())
+
+
+def problem_file(facts: RunFacts) -> str:
+    """The file name a KernelBench-format problem's source gets in the folder: its own name, so that a
+    verdict judged from it names the same problem."""
+    return safe_name(facts.problem) + ".py"
+
+
+def judge_command(facts: RunFacts) -> str:
+    """The command that judges best_kernel.py again, run from the report folder: same problem, device
+    and shapes as the run's verdict."""
+    v = facts.best_verdict
+    problem = problem_file(facts) if facts.problem_source else facts.problem
+    parts = ["marathon", "eval", "--problem", problem, "--kernel", "best_kernel.py"]
+    if v is not None:
+        parts += ["--device", "cuda" if v.device.startswith("cuda") else "cpu"]
+        if facts.problem_source and v.dtype:
+            parts += ["--dtype", v.dtype]
+        for r in v.shapes:
+            parts += ["--shape", fmt_shape(r.shape)]
+    return " ".join(parts)
+
+
+def kernel_header(facts: RunFacts) -> str:
+    b, v = facts.best, facts.best_verdict
+    assert b is not None and v is not None
+    lines = [f"kernel-marathon: the best kernel of run {facts.workflow_id} (attempt {b.attempt})",
+             f"problem: {facts.problem}" + (f" ({facts.start_label} start)" if facts.start_label else ""),
+             f"verdict: {v.status} on {v.device}" + (f", dtype {v.dtype}" if v.dtype else "") + f": {v.reason}"]
+    for r in v.shapes:
+        sp = ", ".join(f"{k} {x:.3f}x" for k, x in r.speedup.items()) or "no baseline timed"
+        lat = f"{r.latency_us:.2f} us" if r.latency_us is not None else "untimed"
+        lines.append(f"  shape {fmt_shape(r.shape)}: {lat}; speedup {sp}")
+    if b.speedup is not None:
+        lines.append(f"headline speedup (worst shape, strongest baseline): {b.speedup:.4f}x")
+    if not v.timing_meaningful:
+        lines.append("times from the CPU's Triton interpreter: not meaningful as performance")
+    gpu = f"{v.gpu.name}, driver {v.gpu.driver}" if v.gpu else "none (CPU)"
+    lines += [f"GPU: {gpu}; torch {v.versions.get('torch', '?')}, triton {v.versions.get('triton', '?')}",
+              f"date: {facts.ended_at or facts.generated_at:%Y-%m-%d %H:%M UTC}; workflow {facts.workflow_id}",
+              "judge it again (from this folder):", f"  {judge_command(facts)}"]
+    return "".join(f"# {x}\n" for x in lines) + "\n"
+
+
+def kernel_diff(facts: RunFacts) -> str:
+    if facts.best_source is None or facts.start_source is None:
+        return ""
+    return "".join(difflib.unified_diff(facts.start_source.splitlines(keepends=True),
+                                        facts.best_source.splitlines(keepends=True),
+                                        fromfile="start", tofile=f"best (attempt {facts.best.attempt})"))
+
+
+def attempts_csv(facts: RunFacts) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["attempt", "origin", "parent", "tool_call", "hours", "status", "evaluations", "speedup", "baseline",
+                "latency_us", "roofline_pct", "config", "reason"])
+    for a in facts.attempts:
+        w.writerow([a.n, a.origin, "" if a.parent is None else a.parent, a.tool_call,
+                    "" if a.hours is None else f"{a.hours:.4f}", a.status, a.evaluations,
+                    "" if a.speedup is None else a.speedup, a.baseline or "",
+                    "" if a.latency_us is None else a.latency_us,
+                    "" if a.roofline_pct is None else a.roofline_pct,
+                    json.dumps(a.config, sort_keys=True) if a.config else "", a.reason])
+    return buf.getvalue()
+
+
+def outcome(facts: RunFacts) -> str:
+    """The run's outcome in one sentence: what the top of every output says."""
+    step = f": {facts.step}" if facts.step and facts.step != facts.phase else ""
+    state = "finished" if facts.finished else f"still going ({facts.phase}{step})"
+    if facts.temporal_status not in ("RUNNING", "COMPLETED"):
+        state = f"ended {facts.temporal_status.lower()}"
+    evals = len(facts.evaluations)
+    if facts.best is None:
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(facts.status_counts().items()))
+        every = "its one evaluation" if evals == 1 else f"every one of its {evals} evaluations"
+        best = f"no kernel passed: {every} failed ({counts})" if evals else "no kernel evaluated yet"
+    else:
+        b = facts.best
+        best = (f"best: attempt {b.attempt} at {b.speedup:.4g}x against {facts.best_baseline_name()}"
+                if b.speedup is not None else f"best: attempt {b.attempt} (no baseline timed)")
+    why = f" ({facts.stop_reason})" if facts.stop_reason else ""
+    return f"{facts.problem}, {facts.policy} policy: {state}{why}; {best}"
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape(["html"]),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["shape"] = fmt_shape
+    env.filters["num"] = lambda x, f=".3g": "" if x is None else format(x, f)
+    return env
+
+
+def _context(facts: RunFacts) -> dict:
+    return {"f": facts, "outcome": outcome(facts), "diff": kernel_diff(facts), "judge": judge_command(facts),
+            "colours": STATUS_COLOURS, "metric": metric(facts), "counts": facts.status_counts()}
+
+
+def render_html(facts: RunFacts) -> str:
+    return _env().get_template("report.html.j2").render(progress=progress_png(facts), shapes=shapes_png(facts),
+                                                         **_context(facts))
+
+
+def render_md(facts: RunFacts) -> str:
+    return _env().get_template("report.md.j2").render(**_context(facts))
+
+
+def check_out_dir(out: Path, workflow_id: str) -> None:
+    """ValueError unless `out` is absent, empty, or an earlier report of this run (then replaced)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a folder")
+    if not any(out.iterdir()):
+        return
+    marker = out / MARKER
+    owner = marker.read_text(encoding="utf-8").strip() if marker.is_file() else None
+    if owner != workflow_id:
+        what = f"the report of another run ({owner})" if owner else "something other than a report"
+        raise ValueError(f"--out {out} holds {what}; give an empty or new folder")
+
+
+def write_report(facts: RunFacts, out: Path) -> Path:
+    """Write the report folder at `out` (see the module docstring); returns the path of report.html."""
+    out = Path(out)
+    check_out_dir(out, facts.workflow_id)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        files = {"report.html": render_html(facts), "report.md": render_md(facts),
+                 "attempts.csv": attempts_csv(facts),
+                 "notebook.md": f"# Lab notebook of {facts.workflow_id}\n\n" + "".join(f"- {x}\n" for x in facts.notebook),
+                 MARKER: facts.workflow_id + "\n"}
+        if facts.best is not None:
+            files["best_verdict.json"] = facts.best.verdict.model_dump_json(indent=2) + "\n"
+            if facts.best_source is not None:
+                files["best_kernel.py"] = kernel_header(facts) + facts.best_source
+        if facts.problem_source:
+            files[problem_file(facts)] = facts.problem_source
+        for name, text in files.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        if out.exists():
+            old = out.with_name(f".{out.name}-old")
+            shutil.rmtree(old, ignore_errors=True)
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out / "report.html"
