@@ -86,26 +86,25 @@ def _failure_label(f: Failure) -> str:
     return _one_line(f"{tag}{f.approach}{times}", LABEL_CHARS)
 
 
-def cap_strategies(items: list[Strategy], cap: int = CAPS["strategies"]) -> list[Strategy]:
+def _cap_records(items: list, cap: int, label, limit: int, aggregate) -> list:
+    """At most `cap` records: the oldest ones become one record, `aggregate(count, labels)`, whose
+    count includes what earlier merges already held."""
     if len(items) <= cap:
         return items
     old, keep = items[: len(items) - cap + 1], items[len(items) - cap + 1:]
-    n = sum(s.merged or 1 for s in old)
-    labels = "; ".join(x for x in (_strategy_label(s) for s in old) if x)
-    agg = Strategy(hypothesis=f"{MERGED} {n} older strategies, oldest first:",
-                   effect=_left_clip(labels, MERGED_CHARS["strategies"]), verdict="merged", merged=n)
-    return [agg] + keep
+    n = sum(x.merged or 1 for x in old)
+    labels = "; ".join(x for x in map(label, old) if x)
+    return [aggregate(n, _left_clip(labels, limit))] + keep
+
+
+def cap_strategies(items: list[Strategy], cap: int = CAPS["strategies"]) -> list[Strategy]:
+    return _cap_records(items, cap, _strategy_label, MERGED_CHARS["strategies"], lambda n, labels: Strategy(
+        hypothesis=f"{MERGED} {n} older strategies, oldest first:", effect=labels, verdict="merged", merged=n))
 
 
 def cap_failures(items: list[Failure], cap: int = CAPS["failures"]) -> list[Failure]:
-    if len(items) <= cap:
-        return items
-    old, keep = items[: len(items) - cap + 1], items[len(items) - cap + 1:]
-    n = sum(f.merged or 1 for f in old)
-    labels = "; ".join(x for x in (_failure_label(f) for f in old) if x)
-    agg = Failure(approach=f"{MERGED} {n} older failed approaches, oldest first:",
-                  why=_left_clip(labels, MERGED_CHARS["failures"]), merged=n)
-    return [agg] + keep
+    return _cap_records(items, cap, _failure_label, MERGED_CHARS["failures"], lambda n, labels: Failure(
+        approach=f"{MERGED} {n} older failed approaches, oldest first:", why=labels, merged=n))
 
 
 def cap_texts(items: list[str], cap: int, noun: str, limit: int) -> list[str]:
