@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from compaction.memory import MERGED, AttemptDigest, BestKernel, Failure, Memory, Strategy
 from compaction.prompt import goal_text, memory_block
 from compaction.text import one_line as _one_line
+from compaction.text import speedups_text
 
 CAPS = {"strategies": 30, "failures": 40, "insights": 16, "hypotheses": 10}
 MERGED_CHARS = {"strategies": 3000, "failures": 8000, "insights": 1500, "hypotheses": 800}
@@ -51,10 +52,6 @@ def _norm(text: str) -> str:
 
 def _fmt_config(config: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.items())
-
-
-def _fmt_speedup(speedup: dict[str, float]) -> str:
-    return ", ".join(f"{v:.2f}x vs {k}" for k, v in sorted(speedup.items()))
 
 
 def _left_clip(text: str, limit: int) -> str:
@@ -233,7 +230,7 @@ def deterministic_memory(prev: Memory, attempts: list[AttemptDigest], best: Best
             lat = top.latency_us
             effect = f"{lat:.1f} us"
             if top.speedup:
-                effect += f", {_fmt_speedup(top.speedup)}"
+                effect += f", {speedups_text(top.speedup)}"
             if running is not None:
                 effect += f" (best before: {running:.1f} us)"
             if running is None or lat < running or (best is not None and best.attempt == n):
@@ -400,7 +397,7 @@ def _digest_line(d: AttemptDigest) -> str:
     if d.latency_us is not None:
         bits.append(f"{d.latency_us:.1f} us")
     if d.speedup:
-        bits.append(_fmt_speedup(d.speedup))
+        bits.append(speedups_text(d.speedup))
     if d.config:
         bits.append(f"config {{{_fmt_config(d.config)}}}")
     line = " · ".join(bits)
