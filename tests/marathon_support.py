@@ -14,7 +14,7 @@ import worker
 from activities.artifacts import ArtifactStore
 from kernels.problems.tunables import with_config
 from workflows import names
-from workflows.models import RunReport, RunSpec
+from workflows.models import Budgets, EvalSettings, ModelSettings, RunReport, RunSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTER_MLA = (ROOT / "kernels" / "problems" / "mla_decode" / "starter.py").read_text()
@@ -30,6 +30,12 @@ def mla_wrong() -> str:
     out = STARTER_MLA.replace("out = acc / l_run", "out = 2.0 * acc / l_run")
     assert out != STARTER_MLA
     return out
+
+
+def fake_model_spec(base_url: str, gpu_queue: str, budgets: Budgets, **settings: Any) -> RunSpec:
+    """A run on MLA decode whose model is the fake server at `base_url`, judged on the CPU."""
+    return RunSpec(problem="mla_decode", model=ModelSettings(model="fake", base_url=base_url, api_key_env=""),
+                   budgets=budgets, eval=EvalSettings(device="cpu"), gpu_task_queue=gpu_queue, **settings)
 
 
 def queues() -> tuple[str, str]:
