@@ -463,21 +463,27 @@ def cmd_follow(args: argparse.Namespace) -> int:
         return 130
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _start(command: str, args: argparse.Namespace, build_spec, run, interrupted: str) -> int:
+    """A run or a suite: the spec from the arguments (bad input: one line, exit 2), then `run` until it
+    ends or Ctrl-C (exit 130, saying `interrupted`)."""
     import asyncio
     _project_on_path()
     try:
         if args.detach and args.address is None:
             raise ValueError("--detach needs --address: an embedded server ends with this process")
-        spec = spec_from_args(args)
+        spec = build_spec()
     except (ShapeError, KeyError, ValueError, OSError) as exc:
-        print(f"marathon run: {exc}", file=sys.stderr)
+        print(f"marathon {command}: {exc}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_run_async(args, spec))
+        return asyncio.run(run(args, spec))
     except KeyboardInterrupt:
-        print("marathon run: interrupted", file=sys.stderr)
+        print(f"marathon {command}: {interrupted}", file=sys.stderr)
         return 130
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    return _start("run", args, lambda: spec_from_args(args), _run_async, "interrupted")
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -592,21 +598,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_suite(args: argparse.Namespace) -> int:
-    import asyncio
     _project_on_path()
     from marathon_suite import run_suite, suite_spec_from_args
-    try:
-        if args.detach and args.address is None:
-            raise ValueError("--detach needs --address: an embedded server ends with this process")
-        spec = suite_spec_from_args(args, spec_from_args)
-    except (ShapeError, KeyError, ValueError, OSError) as exc:
-        print(f"marathon suite: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return asyncio.run(run_suite(args, spec))
-    except KeyboardInterrupt:
-        print("marathon suite: stopped following (the suite goes on where a server runs it)", file=sys.stderr)
-        return 130
+    return _start("suite", args, lambda: suite_spec_from_args(args, spec_from_args), run_suite,
+                  "stopped following (the suite goes on where a server runs it)")
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:

@@ -58,23 +58,12 @@ PREP_GRID = {"PREP_WARPS": (4, 8), "PREP_BK": (64, 128), "PREP_BV": (64, 128)}
 # the second (256)
 SCAN_GRID = {"SCAN_BV": (16, 32), "SCAN_WARPS": (4, 8), "SCAN_STAGES": (2, 3, 4)}
 SCAN_MANY_GRID = {"SCAN_BV_MANY": (64, 128), "SCAN_WARPS_MANY": (4, 8), "SCAN_STAGES_MANY": (2, 3)}
-# `--preset forms`: instead of the grids, a few changes to the shipped CONFIG, each timed alone. The
-# ones measured slower are out of the list (kernels/problems/kda/NOTES.md and
-# kda_forms_tune*.json: register caps, the "columns" form, 2 warps, PREP_GLAST "carry", tf32x3 and
-# ieee inverses, 2 scan stages); the launch order was within noise at B=1,T=8192.
-# Cache prefetches and a per-head scan start (both slower, code gone: kda_forms_tune.json @e82139e,
-# kda_forms_tune.json @ff80c1b), then 8-warp preparations on the current code (one program per SM
-# without spills, or two under a 128-register cap) and the value solve in two halves: all three slower
-# than the shipped preparation (kda_forms_tune.json @3eb9d88).
-# The solve through L^-1 formed explicitly (PREP_SOLVE "inverse") and the tiles stacked to cut
-# layout conversions (PREP_STACK) measured slower (two kda_forms_tune.json @01e9d25,
-# one @6dceb6d); the re-centring gates without row reductions (PREP_CENTRE "half_tots") and the
-# interleaved scan operands (SCAN_WQ) were shipped from kda_forms_tune.json @6dceb6d. Left: the shipped
-# CONFIG beside the other two PREP_CENTRE values and without SCAN_WQ.
-FORMS_PREP = [{}, {"PREP_CENTRE": "half"}, {"PREP_CENTRE": "middle"}]
+# `--preset forms`: instead of the grids, a few changes to the shipped CONFIG, each timed alone: the
+# alternatives the kernel still offers (the launch order, the scan's operands apart). The forms
+# measured slower everywhere left the kernel with their code (kernels/problems/kda/NOTES.md).
+FORMS_PREP = [{}, {"PREP_ORDER": "heads"}]
 FORMS_SCAN = [{}, {"SCAN_WQ": False}]
-PREP_KNOBS = ("PREP_FORM", "PREP_GLAST", "PREP_INV", "PREP_SOLVE", "PREP_STACK", "PREP_CENTRE", "PREP_ORDER",
-              "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
+PREP_KNOBS = ("PREP_ORDER", "PREP_WARPS", "PREP_BK", "PREP_BV", "PREP_MAXNREG")
 SCAN_KNOBS = tuple(SCAN_GRID) + ("SCAN_WQ",)
 SCAN_MANY_KNOBS = tuple(SCAN_MANY_GRID)
 

@@ -1,7 +1,7 @@
 """Where a kernel's warps wait, by line of Python source: ncu's per-SASS-instruction CSV (bench/ncu_probe.py
 --source) joined with the line table of the same kernel compiled here for sm_90.
 
-    python bench/ncu_sass_lines.py SASS.csv.gz --kda-prep 128,128,4,0,0,0,0 \
+    python bench/ncu_sass_lines.py SASS.csv.gz --kda-prep 128,128,4,0,1 \
         [--top 30] [--out FILE]
     (SASS.csv.gz: what `ncu_probe.py --source` wrote, e.g. ncu_kda_prep_sass_h200.csv.gz @fd1a659)
 

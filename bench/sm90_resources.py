@@ -25,15 +25,9 @@ sys.path.insert(0, str(ROOT))
 # MLA: BLOCK_H,BLOCK_N,warps,stages[,tokens] (tokens 1: FORM "tokens", the transposed products)
 DEFAULT = ["16,32,4,3", "16,64,4,2", "16,64,8,2", "32,32,8,2", "64,64,8,2", "64,32,8,3",
            "16,64,4,2,1", "32,64,4,2,1", "32,64,8,2,1", "64,64,8,2,1", "16,128,8,2,1", "32,128,8,1,1"]
-# KDA: PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry[,inv[,solve[,stack[,centre[,wq]]]]]]]]] (maxnreg 0: none; columns 1:
-# PREP_FORM "columns"; carry 1: PREP_GLAST "carry")
-# [,inv]: PREP_INV, 0 "ieee", 1 "tf32x3", 2 "tf32"; [,solve]: PREP_SOLVE, 0 "blocks", 1 "inverse";
-# [,stack]: PREP_STACK, 0 "none", 1 "inverses", 2 "stores", 3 "all"; [,centre]: PREP_CENTRE, 0 "middle", 1 "half",
-# 2 "half_tots"; [,wq]: SCAN_WQ, which also decides how the preparation lays out W, Qg and Kd
+# KDA: PREP_BK,PREP_BV,warps[,maxnreg[,wq]] (maxnreg 0: none; wq: SCAN_WQ, which also decides how the
+# preparation lays out W, Qg and Kd)
 KDA_DEFAULT = ["128,128,4", "64,128,4", "128,64,4", "128,128,8"]
-INV_PRECISIONS = ("ieee", "tf32x3", "tf32")
-STACKS = ("none", "inverses", "stores", "all")
-CENTRES = ("middle", "half", "half_tots")
 
 
 def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int | None = None,
@@ -94,33 +88,21 @@ def resources(block_h: int, block_n: int, warps: int, stages: int, tokens: int =
                        aligned=aligned)}
 
 
-def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | None = None, columns: bool = False,
-                       glast_carry: bool = False, inv_prec: str = "ieee", inverse: bool = False,
-                       stack: str = "none", centre: str = "middle", wq: bool = False,
+def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | None = None, wq: bool = False,
                        keep_cubin: Path | None = None) -> dict:
-    """The KDA preparation kernel at K = V = 128 (bf16 inputs, fp32 gates), in PREP_FORM "pairs" or
-    (columns) "columns", PREP_GLAST "load" or (glast_carry) "carry", PREP_SOLVE "blocks" or (inverse)
-    "inverse", PREP_STACK (stack), PREP_CENTRE (centre), W, Qg and Kd interleaved for SCAN_WQ (wq)."""
+    """The KDA preparation kernel at K = V = 128 (bf16 inputs, fp32 gates), with W, Qg and Kd
+    interleaved for SCAN_WQ (wq) or apart."""
     from kernels.problems.kda import tuned
     sig = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}
     sig.update({"g_ptr": "*fp32", "beta_ptr": "*bf16"})
     sig.update({n: "*bf16" for n in ("w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "m_ptr")})
-    sig.update({"gl_ptr": "*fp32", "ti_ptr": "*bf16"})
+    sig.update({"gl_ptr": "*fp32"})
     sig.update({"T": "i32", "H": "i32", "K": "i32", "V": "i32", "NT": "i32", "scale": "fp32"})
-    sig.update({n: "constexpr" for n in ("BT", "SUB", "BK", "BVP", "PREP_BK", "PREP_BV", "PREP_COLUMNS",
-                                         "GLAST_CARRY", "INV_PREC", "SOLVE_INVERSE", "STACK_INV", "STACK_ST",
-                                         "CENTRE_HALF", "TOTS", "KBUFS", "HEADS_FIRST",
+    sig.update({n: "constexpr" for n in ("BT", "SUB", "BK", "BVP", "PREP_BK", "PREP_BV", "KBUFS", "HEADS_FIRST",
                                          "USE_PDL")})
     consts = {"BT": 64, "SUB": 16, "BK": 128, "BVP": 128, "PREP_BK": prep_bk, "PREP_BV": prep_bv,
-              "PREP_COLUMNS": columns, "GLAST_CARRY": glast_carry,
-              "INV_PREC": inv_prec, "SOLVE_INVERSE": inverse, "STACK_INV": stack in ("inverses", "all"),
-              "STACK_ST": stack in ("stores", "all"), "CENTRE_HALF": centre != "middle",
-              "TOTS": centre == "half_tots" and not glast_carry, "KBUFS": 3 if wq else 1, "HEADS_FIRST": False, "USE_PDL": False}
-    return {"kernel": "_kda_prep", "PREP_FORM": "columns" if columns else "pairs",
-            "PREP_GLAST": "carry" if glast_carry else "load", "PREP_INV": inv_prec,
-            "PREP_SOLVE": "inverse" if inverse else "blocks", "PREP_STACK": stack,
-            "PREP_CENTRE": centre, "SCAN_WQ": wq, "PREP_BK": prep_bk,
-            "PREP_BV": prep_bv, "maxnreg": maxnreg,
+              "KBUFS": 3 if wq else 1, "HEADS_FIRST": False, "USE_PDL": False}
+    return {"kernel": "_kda_prep", "SCAN_WQ": wq, "PREP_BK": prep_bk, "PREP_BV": prep_bv, "maxnreg": maxnreg,
             **compiled(tuned._kda_prep, sig, consts, warps, 1, maxnreg,
                        aligned=tuple(n for n, t in sig.items() if t not in ("constexpr", "fp32")), keep_cubin=keep_cubin)}
 
@@ -128,9 +110,7 @@ def kda_prep_resources(prep_bk: int, prep_bv: int, warps: int, maxnreg: int | No
 def kda_prep_args(variant: str) -> tuple:
     """kda_prep_resources' positional arguments from a variant string (see KDA_DEFAULT's comment)."""
     nums = [int(x) for x in variant.split(",")]
-    return (*nums[:3], (nums[3:4] or [0])[0] or None, *(bool(x) for x in nums[4:6]),
-            *(INV_PRECISIONS[x] for x in nums[6:7]), *(bool(x) for x in nums[7:8]), *(STACKS[x] for x in nums[8:9]),
-            *(CENTRES[x] for x in nums[9:10]), *(bool(x) for x in nums[10:11]))
+    return (*nums[:3], (nums[3:4] or [0])[0] or None, *(bool(x) for x in nums[4:5]))
 
 
 def kda_scan_resources(bv: int, warps: int, stages: int, wq: int = 0, nt_aligned: int = 0) -> dict:
@@ -153,7 +133,7 @@ def main() -> int:
     ap.add_argument("variants", nargs="*", default=None)
     ap.add_argument("--kda-prep", action="store_true",
                     help="the KDA preparation kernel instead; variants are "
-                    "PREP_BK,PREP_BV,warps[,maxnreg[,columns[,carry[,inv[,solve[,stack[,centre[,wq]]]]]]]]]")
+                    "PREP_BK,PREP_BV,warps[,maxnreg[,wq]]")
     ap.add_argument("--kda-scan", action="store_true",
                     help="the KDA scan instead; variants are SCAN_BV,warps,stages[,wq[,nt_aligned]]")
     ap.add_argument("--out", default=None)

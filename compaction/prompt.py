@@ -26,7 +26,7 @@ import json
 from typing import Any
 
 from compaction.memory import MERGED, BestKernel, Failure, Goal, LiveFigures, Memory, Strategy
-from compaction.text import one_line
+from compaction.text import one_line, speedups_text
 
 CHARS_PER_TOKEN = 3.5
 MESSAGE_OVERHEAD = 4
@@ -124,10 +124,6 @@ def _clip(text: str, limit: int = ENTRY_CHARS) -> str:
     return one_line(text, limit)
 
 
-def _fmt_speedups(speedups: dict[str, float]) -> str:
-    return ", ".join(f"{v:.2f}x vs {k}" for k, v in sorted(speedups.items()))
-
-
 def _strategy_line(s: Strategy) -> str:
     if s.merged:  # already capped by the summarizer
         return "- " + _clip(f"{s.hypothesis} {s.effect}".strip(), MERGED_LINE_CHARS)
@@ -172,7 +168,7 @@ def _render_memory(m: Memory, omitted: dict[str, int]) -> str:
         if b.latency_us is not None:
             bits.append(f"{b.latency_us:.1f} us")
         if b.speedups:
-            bits.append(_fmt_speedups(b.speedups))
+            bits.append(speedups_text(b.speedups))
         if b.source_sha256:
             bits.append(f"sha256 {b.source_sha256[:12]}")
         out.append("- " + ", ".join(bits))

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from compaction.memory import MERGED, AttemptDigest, BestKernel, Failure, Memory, Strategy
 from compaction.prompt import goal_text, memory_block
 from compaction.text import one_line as _one_line
+from compaction.text import speedups_text
 
 CAPS = {"strategies": 30, "failures": 40, "insights": 16, "hypotheses": 10}
 MERGED_CHARS = {"strategies": 3000, "failures": 8000, "insights": 1500, "hypotheses": 800}
@@ -51,10 +52,6 @@ def _norm(text: str) -> str:
 
 def _fmt_config(config: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.items())
-
-
-def _fmt_speedup(speedup: dict[str, float]) -> str:
-    return ", ".join(f"{v:.2f}x vs {k}" for k, v in sorted(speedup.items()))
 
 
 def _left_clip(text: str, limit: int) -> str:
@@ -86,26 +83,25 @@ def _failure_label(f: Failure) -> str:
     return _one_line(f"{tag}{f.approach}{times}", LABEL_CHARS)
 
 
-def cap_strategies(items: list[Strategy], cap: int = CAPS["strategies"]) -> list[Strategy]:
+def _cap_records(items: list, cap: int, label, limit: int, aggregate) -> list:
+    """At most `cap` records: the oldest ones become one record, `aggregate(count, labels)`, whose
+    count includes what earlier merges already held."""
     if len(items) <= cap:
         return items
     old, keep = items[: len(items) - cap + 1], items[len(items) - cap + 1:]
-    n = sum(s.merged or 1 for s in old)
-    labels = "; ".join(x for x in (_strategy_label(s) for s in old) if x)
-    agg = Strategy(hypothesis=f"{MERGED} {n} older strategies, oldest first:",
-                   effect=_left_clip(labels, MERGED_CHARS["strategies"]), verdict="merged", merged=n)
-    return [agg] + keep
+    n = sum(x.merged or 1 for x in old)
+    labels = "; ".join(x for x in map(label, old) if x)
+    return [aggregate(n, _left_clip(labels, limit))] + keep
+
+
+def cap_strategies(items: list[Strategy], cap: int = CAPS["strategies"]) -> list[Strategy]:
+    return _cap_records(items, cap, _strategy_label, MERGED_CHARS["strategies"], lambda n, labels: Strategy(
+        hypothesis=f"{MERGED} {n} older strategies, oldest first:", effect=labels, verdict="merged", merged=n))
 
 
 def cap_failures(items: list[Failure], cap: int = CAPS["failures"]) -> list[Failure]:
-    if len(items) <= cap:
-        return items
-    old, keep = items[: len(items) - cap + 1], items[len(items) - cap + 1:]
-    n = sum(f.merged or 1 for f in old)
-    labels = "; ".join(x for x in (_failure_label(f) for f in old) if x)
-    agg = Failure(approach=f"{MERGED} {n} older failed approaches, oldest first:",
-                  why=_left_clip(labels, MERGED_CHARS["failures"]), merged=n)
-    return [agg] + keep
+    return _cap_records(items, cap, _failure_label, MERGED_CHARS["failures"], lambda n, labels: Failure(
+        approach=f"{MERGED} {n} older failed approaches, oldest first:", why=labels, merged=n))
 
 
 def cap_texts(items: list[str], cap: int, noun: str, limit: int) -> list[str]:
@@ -234,7 +230,7 @@ def deterministic_memory(prev: Memory, attempts: list[AttemptDigest], best: Best
             lat = top.latency_us
             effect = f"{lat:.1f} us"
             if top.speedup:
-                effect += f", {_fmt_speedup(top.speedup)}"
+                effect += f", {speedups_text(top.speedup)}"
             if running is not None:
                 effect += f" (best before: {running:.1f} us)"
             if running is None or lat < running or (best is not None and best.attempt == n):
@@ -401,7 +397,7 @@ def _digest_line(d: AttemptDigest) -> str:
     if d.latency_us is not None:
         bits.append(f"{d.latency_us:.1f} us")
     if d.speedup:
-        bits.append(_fmt_speedup(d.speedup))
+        bits.append(speedups_text(d.speedup))
     if d.config:
         bits.append(f"config {{{_fmt_config(d.config)}}}")
     line = " · ".join(bits)

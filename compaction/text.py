@@ -9,3 +9,8 @@ def one_line(text: Any, limit: int) -> str:
     ellipsis where it is longer; None reads as empty."""
     text = " ".join(("" if text is None else str(text)).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def speedups_text(speedups: dict[str, float]) -> str:
+    """Speedups by baseline, as "1.23x vs torch, 0.98x vs fla", baselines in name order."""
+    return ", ".join(f"{v:.2f}x vs {k}" for k, v in sorted(speedups.items()))

@@ -17,7 +17,7 @@ import worker
 from activities.artifacts import ArtifactStore
 from kernels.problems.tunables import with_config
 from workflows import names
-from workflows.models import RunReport, RunSpec
+from workflows.models import Budgets, EvalSettings, ModelSettings, RunReport, RunSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTER_MLA = (ROOT / "kernels" / "problems" / "mla_decode" / "starter.py").read_text()
@@ -60,6 +60,12 @@ def stop_process(p: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def fake_model_spec(base_url: str, gpu_queue: str, budgets: Budgets, **settings: Any) -> RunSpec:
+    """A run on MLA decode whose model is the fake server at `base_url`, judged on the CPU."""
+    return RunSpec(problem="mla_decode", model=ModelSettings(model="fake", base_url=base_url, api_key_env=""),
+                   budgets=budgets, eval=EvalSettings(device="cpu"), gpu_task_queue=gpu_queue, **settings)
 
 
 def queues() -> tuple[str, str]:

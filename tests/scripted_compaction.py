@@ -246,6 +246,14 @@ def run_scripted(cfg: ScriptConfig | None = None, goal: Goal | None = None, chat
         return ({"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}},
                 {"role": "tool", "tool_call_id": cid, "content": result[: cfg.tool_output_cap]})
 
+    def judged(step: dict, name: str, status: str, summary: str, out: str, passed_stage: str) -> None:
+        """A compile or test call on the attempt in flight: failed, the attempt is done; else on it goes."""
+        digests.append(AttemptDigest(attempt=step["n"], tool=name, status=status, summary=summary, note=step["idea"]))
+        step["stage"] = passed_stage if status == "ok" else "done"
+        if status != "ok":
+            record_failure(step["n"], step["idea"])
+        calls.append(tool(name, {}, out))
+
     while tool_calls < cfg.tool_calls:
         figures = LiveFigures(
             best_speedup=min(best.speedups.values()) if best else None,
@@ -315,35 +323,23 @@ def run_scripted(cfg: ScriptConfig | None = None, goal: Goal | None = None, chat
             text = rng.choice(["", "Compiling.", "Now the correctness test.", "Profiling against the baselines."])
             if stage == "written":
                 if current["outcome"] == "compile_error":
-                    out = _pad(rng, f"compile_error: attempt {n}\nTraceback (most recent call last):",
-                               rng.randint(1200, 3500), ["  File \"candidate.py\", line 88, in kda_fwd_kernel",
-                                                         "triton.compiler.errors.CompilationError: at 88:12:",
-                                                         "    acc += tl.dot(a, b)  # incompatible shapes"])
-                    digests.append(AttemptDigest(attempt=n, tool="compile_kernel", status="compile_error",
-                                                 summary="CompilationError at 88:12: incompatible dot shapes",
-                                                 note=current["idea"]))
-                    current["stage"] = "done"
-                    record_failure(n, current["idea"])
+                    judged(current, "compile_kernel", "compile_error", "CompilationError at 88:12: incompatible dot shapes",
+                           _pad(rng, f"compile_error: attempt {n}\nTraceback (most recent call last):",
+                                rng.randint(1200, 3500), ["  File \"candidate.py\", line 88, in kda_fwd_kernel",
+                                                          "triton.compiler.errors.CompilationError: at 88:12:",
+                                                          "    acc += tl.dot(a, b)  # incompatible shapes"]), "compiled")
                 else:
-                    out = f"ok: attempt {n} compiled in 2.9 s; kernels: kda_fwd_kernel"
-                    digests.append(AttemptDigest(attempt=n, tool="compile_kernel", status="ok",
-                                                 summary="compiled", note=current["idea"]))
-                    current["stage"] = "compiled"
-                calls.append(tool("compile_kernel", {}, out))
+                    judged(current, "compile_kernel", "ok", "compiled",
+                           f"ok: attempt {n} compiled in 2.9 s; kernels: kda_fwd_kernel", "compiled")
             elif stage == "compiled":
                 if current["outcome"] == "incorrect":
-                    out = _pad(rng, f"incorrect: attempt {n}: shape B=1,T=8192: rel_err 0.31 > 0.02",
-                               rng.randint(500, 1800), ["  seed 1: max_abs_err 2.1e-1", "  seed 2: max_abs_err 1.9e-1"])
-                    digests.append(AttemptDigest(attempt=n, tool="test_kernel", status="incorrect",
-                                                 summary="rel_err 0.31 > 0.02 at T=8192", note=current["idea"]))
-                    current["stage"] = "done"
-                    record_failure(n, current["idea"])
+                    judged(current, "test_kernel", "incorrect", "rel_err 0.31 > 0.02 at T=8192",
+                           _pad(rng, f"incorrect: attempt {n}: shape B=1,T=8192: rel_err 0.31 > 0.02",
+                                rng.randint(500, 1800), ["  seed 1: max_abs_err 2.1e-1", "  seed 2: max_abs_err 1.9e-1"]),
+                           "tested")
                 else:
-                    out = f"ok: attempt {n} correct on 4 shapes x 3 seeds (max rel_err 3.1e-3)"
-                    digests.append(AttemptDigest(attempt=n, tool="test_kernel", status="ok",
-                                                 summary="correct on 4 shapes", note=current["idea"]))
-                    current["stage"] = "tested"
-                calls.append(tool("test_kernel", {}, out))
+                    judged(current, "test_kernel", "ok", "correct on 4 shapes",
+                           f"ok: attempt {n} correct on 4 shapes x 3 seeds (max rel_err 3.1e-3)", "tested")
             elif stage == "tested":
                 lat = current["latency"]
                 speedups = {k: round(v / lat, 3) for k, v in BASELINES.items()}

@@ -64,20 +64,14 @@ def tuned():
     return mod
 
 
-# both ways of forming A and M (PREP_FORM), both ways of getting the chunk's total gate (PREP_GLAST),
-# both ways of solving (PREP_SOLVE), with and without the stacked tiles (PREP_STACK), both re-centring
-# gates (PREP_CENTRE), and the scan's W, Qg and Kd apart or interleaved (SCAN_WQ)
-@pytest.mark.parametrize("form, glast, solve, stack, centre, wq", [
-    ("pairs", "load", "blocks", "none", "middle", False), ("pairs", "carry", "blocks", "none", "middle", False),
-    ("columns", "load", "blocks", "none", "middle", False), ("pairs", "load", "blocks", "all", "half_tots", True),
-    ("pairs", "carry", "inverse", "all", "half", False), ("columns", "load", "inverse", "none", "middle", True),
-    ("pairs", "load", "blocks", "none", "half", False), ("pairs", "load", "blocks", "none", "half_tots", True)])
+# the scan's W, Qg and Kd apart or interleaved (SCAN_WQ), and both launch orders of the preparation
+# (PREP_ORDER): the knobs that change which code runs
+@pytest.mark.parametrize("wq, order", [(False, "chunks"), (True, "heads")])
 @pytest.mark.parametrize("case", ["g=-10", "g=0, one key, beta 0.99", "logsigmoid"])
-def test_fp32_against_reference(tuned, case, form, glast, solve, stack, centre, wq, monkeypatch):
+def test_fp32_against_reference(tuned, case, wq, order, monkeypatch):
     from kernels.problems.kda.reference import make_inputs, reference
-    for knob, value in (("PREP_FORM", form), ("PREP_GLAST", glast), ("PREP_SOLVE", solve), ("PREP_STACK", stack),
-                        ("PREP_CENTRE", centre), ("SCAN_WQ", wq)):
-        monkeypatch.setitem(tuned.CONFIG, knob, value)
+    monkeypatch.setitem(tuned.CONFIG, "SCAN_WQ", wq)
+    monkeypatch.setitem(tuned.CONFIG, "PREP_ORDER", order)
     shape = {"B": 2, "T": 70, "H": 4, "K": 32, "V": 32}
     inp = make_inputs(shape, 0, "cpu", torch.float32)
     if case == "g=-10":  # decays far past the problem's -5: exp(G) spans e^-640 within a chunk

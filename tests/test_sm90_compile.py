@@ -56,15 +56,10 @@ def test_mla_stage1_in_both_regimes_and_the_tokens_form(tmp_path):
 
 
 def test_kda_preparation_and_scan(tmp_path):
-    inv = ("ieee", "tf32x3", "tf32").index(KDA["PREP_INV"])
     [prep] = compile_rows(tmp_path, "--kda-prep", f"{KDA['PREP_BK']},{KDA['PREP_BV']},{KDA['PREP_WARPS']},"
-                          f"{KDA['PREP_MAXNREG']},{int(KDA['PREP_FORM'] == 'columns')},"
-                          f"{int(KDA['PREP_GLAST'] == 'carry')},{inv},{int(KDA['PREP_SOLVE'] == 'inverse')},"
-                          f"{('none', 'inverses', 'stores', 'all').index(KDA['PREP_STACK'])},"
-                          f"{('middle', 'half', 'half_tots').index(KDA['PREP_CENTRE'])},{int(KDA['SCAN_WQ'])}")
+                          f"{KDA['PREP_MAXNREG']},{int(KDA['SCAN_WQ'])}")
     fits(prep)
-    assert prep["PREP_INV"] == KDA["PREP_INV"] and prep["PREP_STACK"] == KDA["PREP_STACK"]
-    assert prep["PREP_CENTRE"] == KDA["PREP_CENTRE"] and prep["SCAN_WQ"] == KDA["SCAN_WQ"] and prep["hmma"] > 0, prep
+    assert prep["SCAN_WQ"] == KDA["SCAN_WQ"] and prep["hmma"] > 0, prep
     [scan] = compile_rows(tmp_path, "--kda-scan",
                           f"{KDA['SCAN_BV']},{KDA['SCAN_WARPS']},{KDA['SCAN_STAGES']},{int(KDA['SCAN_WQ'])}")
     fits(scan)

@@ -8,10 +8,9 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
 from fake_openai import FakeOpenAI, completion
-from marathon_support import mla_variant, queues, start, workers
+from marathon_support import fake_model_spec, mla_variant, queues, start, workers
 from workflows import names
-from workflows.models import (Attempt, BestReport, Budgets, EvalSettings, Extension, ModelSettings, RunSpec,
-                              RunStatus)
+from workflows.models import Attempt, BestReport, Budgets, Extension, RunStatus
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -42,8 +41,7 @@ def test_pause_hint_extend_resume_stop(temporal_server, tmp_path):
 async def _control(address, tmp_path):
     tq, gq = queues()
     with FakeOpenAI(script) as fake:
-        spec = RunSpec(problem="mla_decode", model=ModelSettings(model="fake", base_url=fake.base_url, api_key_env=""),
-                       budgets=Budgets(max_tool_calls=400), eval=EvalSettings(device="cpu"), gpu_task_queue=gq)
+        spec = fake_model_spec(fake.base_url, gq, Budgets(max_tool_calls=400))
         async with workers(address, tq, gq, tmp_path / "artifacts") as client:
             handle = await start(client, spec, tq)
 
@@ -104,9 +102,7 @@ def test_time_budget_ends_the_run(temporal_server, tmp_path):
 async def _time_budget(address, tmp_path):
     tq, gq = queues()
     with FakeOpenAI(script) as fake:
-        spec = RunSpec(problem="mla_decode", model=ModelSettings(model="fake", base_url=fake.base_url, api_key_env=""),
-                       budgets=Budgets(hours=0.005, max_tool_calls=100_000), eval=EvalSettings(device="cpu"),
-                       gpu_task_queue=gq)
+        spec = fake_model_spec(fake.base_url, gq, Budgets(hours=0.005, max_tool_calls=100_000))
         async with workers(address, tq, gq, tmp_path / "artifacts") as client:
             report = await (await start(client, spec, tq)).result()
     assert report.stop_reason.startswith("time budget spent") and report.hours >= 0.005

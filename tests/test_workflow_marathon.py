@@ -11,8 +11,8 @@ import pytest
 
 from compaction.prompt import estimate_tokens, tools_tokens
 from fake_openai import FakeOpenAI, Reply, completion
-from marathon_support import mla_variant, queues, segments, start, workers
-from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec, ToolCallRecord
+from marathon_support import fake_model_spec, mla_variant, queues, segments, start, workers
+from workflows.models import Budgets, RunSpec, ToolCallRecord
 from workflows.toolspec import TOOLS
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
@@ -49,9 +49,8 @@ def script(turn: int, delivery: int, request: dict) -> Reply:
 
 
 def spec_for(base_url: str, gpu_queue: str, tool_calls: int = 1000) -> RunSpec:
-    return RunSpec(problem="mla_decode", model=ModelSettings(model="fake", base_url=base_url, api_key_env=""),
-                   budgets=Budgets(max_tool_calls=tool_calls), eval=EvalSettings(device="cpu"),
-                   gpu_task_queue=gpu_queue, continue_as_new_every=60, compact_every=40, context_budget=16000)
+    return fake_model_spec(base_url, gpu_queue, Budgets(max_tool_calls=tool_calls), continue_as_new_every=60,
+                           compact_every=40, context_budget=16000)
 
 
 def test_thousand_tool_calls_with_continue_as_new(temporal_server, tmp_path):

@@ -56,7 +56,7 @@ PROBLEM = ProblemSpec(
     batch_dim="B",
     # probe shapes: T drawn log-uniformly: short sequences (one chunk, a partial one, the first chunk
     # boundary) are where chunked kernels break; a uniform draw over 1..1500 lands in 17..64 about one
-    # time in thirty, a log-uniform one about one in five (bench/results/kda_NOTES.md)
+    # time in thirty (48/1500), a log-uniform one about one in five (ln(64/17)/ln(1500))
     probe_ranges={"cpu": {"B": (1, 2), "T": (1, 80), "H": (1, 2)},
                   "cuda": {"B": (1, 2), "T": (1, 1500), "H": (1, 8)}},
     log_drawn_dims=("T",),
