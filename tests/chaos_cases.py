@@ -8,7 +8,7 @@ turn 2 tests it, turn 3 notes; the tool-call budget is 4) with one fault injecte
   server            SIGKILL the Temporal server in the middle of test_kernel
   all               SIGKILL the server and both workers in the middle of test_kernel
   state-dir-move    SIGKILL everything mid-test_kernel, move the state directory, start again from the new path
-  model-down        the model endpoint refuses connections for OUTAGE_S after turn 2
+  model-down        the model endpoint refuses connections after turn 2, for OUTAGE_S from the first refusal
   model-401         the model endpoint answers 401 at turn 3
   model-400         the model endpoint answers 400 (context length) from turn 3 on
   store-full        the artifact store fills up (a quota) before test_kernel stores its verdict, then is freed
@@ -136,10 +136,6 @@ def _script(case: str, cluster: Cluster, fake_ref: list[FakeOpenAI], in_flight: 
         turns.update({3: [("write_kernel", {"source": VARIANT})], 4: [("test_kernel", {})],
                       5: [("note", {"text": "the damaged source was written again"})]})
 
-    def take_down() -> None:
-        fake_ref[0].down()
-        threading.Timer(OUTAGE_S, fake_ref[0].up).start()
-
     def script(turn: int, delivery: int, request: dict) -> Reply:
         if turn == 2 and case == "workflow-worker" and delivery == 1:
             in_flight.set()  # the test kills the worker asking this; the answer never arrives
@@ -155,7 +151,7 @@ def _script(case: str, cluster: Cluster, fake_ref: list[FakeOpenAI], in_flight: 
             return error(400, CONTEXT_400)
         reply = completion(f"turn {turn}", turns.get(turn, []), turn=turn)
         if turn == 2 and case == "model-down" and delivery == 1:
-            reply.after = take_down
+            reply.after = fake_ref[0].down  # back up OUTAGE_S after the run first reports the refusal
         return reply
 
     return script
@@ -265,6 +261,15 @@ async def run_case(case: str, tmp: Path, timeout_s: float = 240.0) -> Outcome:
                 if "evaluator" in victims:
                     cluster.start_evaluator()
                 handle = client.get_workflow_handle(wf_id, result_type=RunReport)
+            elif case == "model-down":
+                # the outage is timed from the first refused turn, not from the turn before it: the
+                # evaluation between them takes as long as the machine's load makes it
+                deadline = time.monotonic() + 120
+                while not any("connection refused" in f for f in out.faults_seen):
+                    assert time.monotonic() < deadline, f"the outage was never reported: {out.faults_seen}"
+                    await asyncio.sleep(0.3)
+                await asyncio.sleep(OUTAGE_S)
+                fake.up()
             elif case == "store-full":
                 deadline = time.monotonic() + 120
                 while not any("full" in f for f in out.faults_seen):
