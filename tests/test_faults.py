@@ -85,7 +85,7 @@ def test_follow_line_says_what_fails_and_since_when():
     import asyncio
     import io
 
-    import marathon
+    from cli.run import _follow
     from workflows.models import RunStatus, TokenUsage
 
     since = datetime.now(timezone.utc) - timedelta(seconds=96)
@@ -106,7 +106,7 @@ def test_follow_line_says_what_fails_and_since_when():
             return Handle()
 
     out = io.StringIO()
-    asyncio.run(marathon._follow(Client(), "wf", out, asyncio.Event()))
+    asyncio.run(_follow(Client(), "wf", out, asyncio.Event()))
     text = out.getvalue()
     assert "agent_turn failing: model endpoint unreachable: connection refused; retrying" in text
     assert re.search(r"failing: model endpoint unreachable: connection refused for 9[67] s "
