@@ -183,16 +183,16 @@ async def _follow_async(args: argparse.Namespace) -> int:
     out = sys.stderr if args.json else sys.stdout
     try:
         client = await while_server_up(lambda: worker.connect(args.address, args.namespace), args.address,
-                                        args.server_wait, "follow")
+                                       args.server_wait, "follow")
         await while_server_up(client.get_workflow_handle(args.workflow_id).describe, args.address,
-                               args.server_wait, "follow")
+                              args.server_wait, "follow")
     except ServerGone as exc:
         print(f"marathon follow: {exc}", file=sys.stderr)
         return 2
     except RPCError as exc:
-        why = (f"no run {args.workflow_id!r} on {args.address}" if exc.status == RPCStatusCode.NOT_FOUND
-               else f"the server at {args.address} answered: {why(exc)}")
-        print(f"marathon follow: {why}", file=sys.stderr)
+        reason = (f"no run {args.workflow_id!r} on {args.address}" if exc.status == RPCStatusCode.NOT_FOUND
+                  else f"the server at {args.address} answered: {why(exc)}")
+        print(f"marathon follow: {reason}", file=sys.stderr)
         return 2
     return await _report_when_done(client, args.workflow_id, args.json, out, "follow", args.address,
                                    args.server_wait)
