@@ -33,10 +33,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from fake_openai import FakeOpenAI  # noqa: E402
 from test_workflow_marathon import script, spec_for  # noqa: E402
 
-import worker  # noqa: E402
 from activities import tools  # noqa: E402
 from activities.artifacts import ArtifactStore  # noqa: E402
 from marathon_support import queues, segments, start, workers  # noqa: E402
+from serving.dev_server import DevServer  # noqa: E402
 from workflows.names import TOOL_NAMES  # noqa: E402
 from workflows.models import Attempt, ListInput, NoteInput, ShowInput  # noqa: E402
 
@@ -103,7 +103,7 @@ def body_ms(store: ArtifactStore, n: int = 300) -> float:
 
 
 async def run(n: int, tmp: Path) -> dict:
-    with worker.DevServer() as srv, FakeOpenAI(script, keep_requests=False) as fake:
+    with DevServer() as srv, FakeOpenAI(script, keep_requests=False) as fake:
         tq, gq = queues()
         async with workers(srv.address, tq, gq, tmp / "artifacts") as client:
             t0 = time.monotonic()

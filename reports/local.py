@@ -108,10 +108,10 @@ def embedded_server(state: Path, workflow_id: str):
     """The dev server of an embedded run (or suite) `workflow_id`: its own database under `state`,
     claimed for as long as it runs, so that `marathon runs` and `report` find it, live or later.
     ValueError when another process serves that database already."""
-    import worker
+    from serving.dev_server import DevServer
 
     db = run_db(state, workflow_id)
-    with serving(db) as lock, worker.DevServer(db=db, log=db.parent / "temporal.log") as server:
+    with serving(db) as lock, DevServer(db=db, log=db.parent / "temporal.log") as server:
         lock.publish(server.address)
         yield server
 
@@ -119,7 +119,7 @@ def embedded_server(state: Path, workflow_id: str):
 @contextlib.contextmanager
 def reading(db: Path) -> Iterator[str]:
     """An address that serves `db`: its live server's, or a headless dev server's started for the read."""
-    import worker
+    from serving.dev_server import DevServer
 
     lock = DatabaseLock(db)
     if not lock.try_acquire():
@@ -129,7 +129,7 @@ def reading(db: Path) -> Iterator[str]:
         yield where
         return
     try:
-        server = worker.DevServer(db=db, log=db.parent / "temporal-read.log")
+        server = DevServer(db=db, log=db.parent / "temporal-read.log")
         with server:
             lock.publish(server.address)
             yield server.address

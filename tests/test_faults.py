@@ -85,7 +85,7 @@ def test_follow_line_says_what_fails_and_since_when():
     import asyncio
     import io
 
-    import marathon
+    from cli.run import _follow
     from workflows.models import RunStatus, TokenUsage
 
     since = datetime.now(timezone.utc) - timedelta(seconds=96)
@@ -106,8 +106,37 @@ def test_follow_line_says_what_fails_and_since_when():
             return Handle()
 
     out = io.StringIO()
-    asyncio.run(marathon._follow(Client(), "wf", out, asyncio.Event()))
+    asyncio.run(_follow(Client(), "wf", out, asyncio.Event()))
     text = out.getvalue()
     assert "agent_turn failing: model endpoint unreachable: connection refused; retrying" in text
     assert re.search(r"failing: model endpoint unreachable: connection refused for 9[67] s "
                      r"\(agent_turn, 7 failed attempts\); retrying", text), text
+
+
+def test_follow_says_what_a_refusing_server_answered(monkeypatch, capsys):
+    """`marathon follow` against a server that refuses (not a missing run): the server's words, exit 2."""
+    import argparse
+    import asyncio
+
+    from temporalio.service import RPCError, RPCStatusCode
+
+    import worker
+    from cli.run import _follow_async
+
+    class Handle:
+        async def describe(self):
+            raise RPCError('message: "namespace is not allowed"', RPCStatusCode.PERMISSION_DENIED, b"")
+
+    class Client:
+        def get_workflow_handle(self, workflow_id):
+            return Handle()
+
+    async def connect(address, namespace="default"):
+        return Client()
+
+    monkeypatch.setattr(worker, "connect", connect)
+    args = argparse.Namespace(address="host:7233", namespace="default", workflow_id="wf", server_wait=1.0,
+                              json=False)
+    assert asyncio.run(_follow_async(args)) == 2
+    assert capsys.readouterr().err.strip() == \
+        "marathon follow: the server at host:7233 answered: namespace is not allowed"

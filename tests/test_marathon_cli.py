@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-import worker
+from serving.dev_server import free_port, temporal_binary
 from marathon_support import ROOT
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
-TEMPORAL = worker.temporal_binary()
+TEMPORAL = temporal_binary()
 
 
 def test_marathon_run_tuner_end_to_end_json(tmp_path):
@@ -53,7 +53,7 @@ def _temporal(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def test_temporal_workflow_start_against_marathon_dev(tmp_path):
-    port, ui = worker.free_port(), worker.free_port()
+    port, ui = free_port(), free_port()
     addr = f"127.0.0.1:{port}"
     dev = subprocess.Popen([sys.executable, "marathon.py", "dev", "--port", str(port), "--ui-port", str(ui),
                             "--state-dir", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
@@ -147,7 +147,7 @@ def test_run_survives_a_restart_of_server_and_workers(tmp_path):
     again on the same state directory: the run goes on from its event history and `marathon follow`
     gets its report, with every tool call once. This is how a run outlives a lost machine whose state
     directory was kept."""
-    port, ui = worker.free_port(), worker.free_port()
+    port, ui = free_port(), free_port()
     addr = f"127.0.0.1:{port}"
     dev = _start_dev(tmp_path, port, ui)
     try:

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-import worker
+from serving.dev_server import DevServer
 from activities.artifacts import ArtifactStore
 from docs.report_screenshot import browser, screenshot
 from fake_openai import FakeOpenAI, completion, error
@@ -62,7 +62,7 @@ def scripted(tmp_path_factory):
     tq, gq = queues()
 
     async def go():
-        with FakeOpenAI(script) as fake, worker.DevServer(db=db, log=db.parent / "temporal.log") as srv:
+        with FakeOpenAI(script) as fake, DevServer(db=db, log=db.parent / "temporal.log") as srv:
             spec = RunSpec(problem="mla_decode", model=ModelSettings(model="fake", base_url=fake.base_url, api_key_env="",
                                                                      retry_initial_s=0.3),
                            budgets=Budgets(max_tool_calls=5), eval=EvalSettings(device="cpu"), gpu_task_queue=gq)

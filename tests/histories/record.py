@@ -20,9 +20,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent.parent), str(HERE.parent)]
 
-import worker  # noqa: E402
 from fake_openai import FakeOpenAI, completion  # noqa: E402
 from marathon_support import mla_variant, queues, segments, start, workers  # noqa: E402
+from serving.dev_server import DevServer  # noqa: E402
 from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec  # noqa: E402
 
 SCRIPT = {
@@ -84,7 +84,7 @@ def main() -> int:
     for name in runs:
         for old in HERE.glob(f"{name}_segment*.json"):
             old.unlink()
-    with worker.DevServer() as srv, tempfile.TemporaryDirectory() as tmp:
+    with DevServer() as srv, tempfile.TemporaryDirectory() as tmp:
         asyncio.run(record(srv.address, Path(tmp), runs))
     for name, case in CHAOS_RUNS.items():
         if name in runs:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+
+from cli.args import TASK_QUEUE, _add_spec_flags, _state_dir, spec_from_args
+from cli.run import start
+from cli.tables import suite_report_table
 
 
-def suite_spec_from_args(args: argparse.Namespace, spec_from_args: Callable):
+def suite_spec_from_args(args: argparse.Namespace):
     """One RunSpec per problem file, each built as `marathon run --problem FILE --kernel FILE_kernel.py`
     would build it (so every check of a run applies), the budget --hours-each."""
     from kernels.problems.kernelbench import suite_files
@@ -23,18 +26,6 @@ def suite_spec_from_args(args: argparse.Namespace, spec_from_args: Callable):
     return SuiteSpec(runs=runs, parallel=args.parallel)
 
 
-def format_report(report) -> str:
-    lines = [f"suite {report.workflow_id}: {len(report.problems)} problems",
-             f"  {'problem':<24} {'status':<12} {'attempt':>7}  speedups (geometric mean over the shapes)"]
-    for e in report.problems:
-        sp = ", ".join(f"{v:.3g}x vs {k}" for k, v in e.speedups.items()) or e.reason[:80]
-        lines.append(f"  {e.problem:<24} {e.status:<12} {e.best_attempt if e.best_attempt is not None else '-':>7}  {sp}")
-    fast = ", ".join(f"{k} {v:.2f}" for k, v in report.fast_p.items())
-    gm = report.geomean_speedup_vs_eager
-    lines.append(f"  {fast}; geometric-mean speedup vs eager {f'{gm:.3g}x' if gm is not None else '-'}")
-    return "\n".join(lines)
-
-
 async def run_suite(args: argparse.Namespace, spec) -> int:
     import asyncio
     import contextlib
@@ -44,7 +35,6 @@ async def run_suite(args: argparse.Namespace, spec) -> int:
 
     import worker
     from activities.artifacts import ArtifactStore
-    from marathon import _state_dir
     from workflows import names
     from workflows.suite import SuiteReport
 
@@ -79,10 +69,27 @@ async def run_suite(args: argparse.Namespace, spec) -> int:
             except WorkflowFailureError as exc:
                 print(f"marathon suite: the suite failed: {exc.cause or exc}", file=sys.stderr)
                 return 1
-            print(report.model_dump_json(indent=2) if args.json else format_report(report))
+            print(report.model_dump_json(indent=2) if args.json else suite_report_table(report))
             return 0 if any(e.status == "ok" for e in report.problems) else 1
         finally:
             if workers is not None:
                 await workers.shutdown()
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(worker_task, 30)
+
+
+def cmd_suite(args: argparse.Namespace) -> int:
+    return start("suite", args, lambda: suite_spec_from_args(args), run_suite,
+                 "stopped following (the suite goes on where a server runs it)")
+
+
+def add_parser(sub) -> None:
+    suite = sub.add_parser("suite", help="one run per problem file of a folder, as child workflows of one suite "
+                                         "workflow; reports fast_p and the geometric-mean speedup")
+    _add_spec_flags(suite, problem="suite")
+    for flag, kw in (("--address", {"default": None}), ("--namespace", {"default": "default"}),
+                     ("--task-queue", {"default": TASK_QUEUE}), ("--workflow-id", {"default": None}),
+                     ("--state-dir", {"default": None}), ("--artifacts", {"default": None}),
+                     ("--detach", {"action": "store_true"}), ("--json", {"action": "store_true"})):
+        suite.add_argument(flag, **kw)
+    suite.set_defaults(func=cmd_suite)

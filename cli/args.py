@@ -1,0 +1,139 @@
+"""The parser's pieces every sub-command shares: one-line errors, checked numbers, and the flags that
+describe a run (RunSpec) with their translation into one."""
+from __future__ import annotations
+
+import argparse
+
+from kernels.problems.spec import PROBLEM_NAMES, parse_shape, resolve_problem
+
+SERVER_WAIT_S = 600.0  # a restart of `marathon dev` takes seconds, a machine's reboot minutes
+TASK_QUEUE, GPU_TASK_QUEUE = "marathon", "marathon-gpu"  # workflows/names.py (not imported: eval stays light)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, its errors on one line (the usage is one --help away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _number(kind: type, low: float, high: float | None = None, *, strict: bool = False):
+    """An argparse type: a finite `kind` above `low` (or at least it, unless strict), at most `high`."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if (value <= low) if strict else (value < low):
+            raise argparse.ArgumentTypeError(f"{text} must be {'above' if strict else 'at least'} {low:g}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{text} must be at most {high:g}")
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+POSITIVE, COUNT = _number(float, 0, strict=True), _number(int, 1)
+PORT = _number(int, 1, 65535)
+
+
+def _state_dir(path: str | None):
+    from reports.local import state_dir
+    return state_dir(path)
+
+
+def _add_spec_flags(run, problem: str = "one") -> None:
+    """The flags that describe a run (RunSpec): shared by `run`, `suite` and `schedule create`.
+    problem: "one" (--problem), "suite" (--problems) or "either" (schedule create)."""
+    which = run.add_mutually_exclusive_group(required=True)
+    if problem in ("one", "either"):
+        which.add_argument("--problem", help=f"a built-in problem ({', '.join(PROBLEM_NAMES)}), its folder, or a KernelBench-format .py file")
+    if problem in ("suite", "either"):
+        which.add_argument("--problems", metavar="DIR_OR_GLOB",
+                           help="a suite: one run per KernelBench-format file (each starting from <name>_kernel.py "
+                                "beside it), as child workflows of one suite workflow")
+        run.add_argument("--hours-each", type=float, default=None, help="a suite's budget per problem (default: --hours)")
+    run.add_argument("--kernel", default="starter", help="the starting kernel: a shipped kernel's name or a file")
+    run.add_argument("--policy", choices=("llm", "tuner"), default=None,
+                     help="default: llm when --model is given, otherwise tuner")
+    run.add_argument("--model", default=None, help="model name at the endpoint")
+    run.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint (vLLM, SGLang, Ollama, ...)")
+    run.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                     help="the NAME of the environment variable (in the workers) that holds the key")
+    run.add_argument("--hours", type=POSITIVE, default=24.0)
+    run.add_argument("--max-tool-calls", type=COUNT, default=1000)
+    run.add_argument("--target-speedup", type=POSITIVE, default=None, help="stop once the best kernel reaches this")
+    run.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    run.add_argument("--shapes", default=None, choices=("smoke", "bench", "sweep"),
+                     help="default: smoke on the CPU, bench on CUDA")
+    run.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE,...")
+    run.add_argument("--timeout", type=POSITIVE, default=600.0, help="wall-clock seconds for one candidate's process")
+    run.add_argument("--parallel", type=_number(int, 1, 64), default=1,
+                     help="tuner: configurations profiled at once, one per GPU worker (`marathon dev --gpus auto` "
+                          "starts one per GPU; an embedded run has one); a suite: problems run at once")
+    run.add_argument("--no-sweep-check", action="store_true",
+                     help="do not test the best kernel on the problem's sweep shapes after the run (a CUDA run does)")
+    run.add_argument("--hint", action="append", default=[], help="a hint for the model (repeatable)")
+    run.add_argument("--compact-every", type=COUNT, default=40, help="tool calls between compactions")
+    run.add_argument("--context-budget", type=COUNT, default=48000, help="tokens a prompt may use")
+    run.add_argument("--memory-from", default=None, metavar="REPORT.json",
+                     help="start from the memory of an earlier run's --json report (e.g. a tuner run's)")
+    run.add_argument("--gpu-task-queue", default=GPU_TASK_QUEUE)
+
+
+def spec_from_args(args: argparse.Namespace):
+    """The RunSpec the flags describe (the same JSON `temporal workflow start --input` takes)."""
+    from pydantic import ValidationError
+
+    from workflows.models import describe_invalid
+
+    try:
+        return _spec_from_args(args)
+    except ValidationError as err:  # the models' constraints, e.g. eval.timeout_s for --timeout
+        raise ValueError(describe_invalid(err)) from None
+
+
+def _spec_from_args(args: argparse.Namespace):
+    from pathlib import Path
+
+    from kernels.problems.spec import get_problem
+    from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec
+
+    name, problem_source = resolve_problem(args.problem)
+    spec = get_problem(name, problem_source)
+    if problem_source is not None and args.kernel == "starter":
+        raise ValueError(f"--kernel: a problem file ({name}) ships no starter; give a candidate file with ModelNew")
+    if problem_source is not None and args.device == "cpu" and not args.shape and args.shapes is None:
+        spec.shapes("smoke")  # says that the file's own sizes are too large for the interpreter
+    kernel, source = args.kernel, None
+    if kernel not in spec.shipped_kernels:
+        path = Path(kernel)
+        if not path.is_file():
+            raise ValueError(f"--kernel {kernel!r} is neither a file nor a shipped kernel of {args.problem} "
+                             f"({', '.join(spec.shipped_kernels)})")
+        source = path.read_text()
+    model = ModelSettings(model=args.model or "", base_url=args.base_url, api_key_env=args.api_key_env)
+    policy = args.policy
+    if policy == "llm" and not model.configured:
+        raise ValueError("--policy llm needs --model (and --base-url for a non-OpenAI endpoint)")
+    memory = None
+    if args.memory_from:
+        from compaction.memory import Memory
+        from workflows.models import RunReport
+        report = RunReport.model_validate_json(Path(args.memory_from).read_text())
+        if report.memory is None:
+            raise ValueError(f"{args.memory_from} holds no memory")
+        memory = Memory.model_validate(report.memory.model_dump())
+    return RunSpec(problem=name, problem_source=problem_source, kernel=kernel if source is None else str(kernel),
+                   source=source,
+                   policy=policy, model=model, memory=memory,
+                   budgets=Budgets(hours=args.hours, max_tool_calls=args.max_tool_calls,
+                                   target_speedup=args.target_speedup),
+                   eval=EvalSettings(device=args.device, shapes=args.shapes,
+                                     shape_list=[spec.shape(parse_shape(s)) for s in args.shape],
+                                     timeout_s=args.timeout, parallel=args.parallel,
+                                     sweep_best=not args.no_sweep_check),
+                   hints=list(args.hint), compact_every=args.compact_every, context_budget=args.context_budget,
+                   gpu_task_queue=args.gpu_task_queue)

@@ -1,0 +1,52 @@
+"""`marathon eval`: judge one kernel (policy, compile, correctness, timing against baselines) and print
+the verdict."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cli.args import COUNT, POSITIVE
+from cli.tables import verdict_table
+from kernels.evaluator.evaluate import EvaluatorError, evaluate, request_for
+from kernels.problems.spec import PROBLEM_NAMES, ShapeError, parse_shape, resolve_problem
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    try:
+        shapes = [parse_shape(s) for s in args.shape]
+        name, problem_source = resolve_problem(args.problem)
+        req = request_for(name, args.kernel, problem_source=problem_source, dtype=args.dtype,
+                          device=args.device, shape_set=args.shapes, shapes=shapes,
+                          timeout_s=args.timeout, mode=args.mode, seeds=args.seeds, reps=args.reps,
+                          baselines=not args.no_baselines, only_baselines=args.baseline)
+        verdict = evaluate(req)
+    except (ShapeError, KeyError, FileNotFoundError, ValueError) as exc:
+        print(f"marathon eval: {exc}", file=sys.stderr)
+        return 2
+    except EvaluatorError as exc:
+        print(f"marathon eval: infrastructure error: {exc}", file=sys.stderr)
+        return 3
+    print(verdict.model_dump_json(indent=2) if args.json else verdict_table(verdict))
+    return 0 if verdict.ok else 1
+
+
+def add_parser(sub) -> None:
+    ev = sub.add_parser("eval", help="judge one kernel: policy, compile, correctness, timing against baselines")
+    ev.add_argument("--problem", required=True, help=f"a built-in problem ({', '.join(PROBLEM_NAMES)}), its folder, or a KernelBench-format .py file")
+    ev.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"),
+                    help="the input dtype (default: the problem's; float32 for a KernelBench file)")
+    ev.add_argument("--kernel", required=True, help="a file path, or a shipped kernel's name (starter, ...)")
+    ev.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    ev.add_argument("--shapes", default=None, choices=("smoke", "bench", "sweep"),
+                    help="a named shape set (default: smoke on the CPU, bench on CUDA)")
+    ev.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE,...",
+                    help="an explicit shape, e.g. B=3,H=4,S=1000 (repeatable; replaces --shapes)")
+    ev.add_argument("--timeout", type=POSITIVE, default=600.0, help="wall-clock seconds for the candidate's process")
+    ev.add_argument("--mode", default="full", choices=("compile", "test", "full"))
+    ev.add_argument("--seeds", type=COUNT, default=3, help="fresh random inputs per shape (at least 3 counts)")
+    ev.add_argument("--reps", type=COUNT, default=None, help="timed calls (at least 20 on CUDA)")
+    ev.add_argument("--no-baselines", action="store_true")
+    ev.add_argument("--baseline", action="append", default=[], metavar="NAME",
+                    help="time only this baseline (repeatable; default: all the problem offers)")
+    ev.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
+    ev.set_defaults(func=cmd_eval)
