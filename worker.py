@@ -37,6 +37,7 @@ from activities.artifacts import ArtifactStore  # noqa: E402
 from activities.compaction import compact  # noqa: E402
 from activities.registry import MarathonActivities  # noqa: E402
 from kernels.evaluator.confinement import make_non_dumpable, remove_stale_scratch  # noqa: E402
+from kernels.evaluator.evaluate import JUDGES  # noqa: E402
 from workflows import names  # noqa: E402
 from workflows.kernel_optimization import KernelOptimization  # noqa: E402
 from workflows.suite import KernelSuite  # noqa: E402
@@ -235,6 +236,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 async def _serve(args: argparse.Namespace, control: bool, gpu: bool) -> None:
     client = await connect(args.address, args.namespace)
+    if gpu:  # a judge started ahead of each evaluation (MARATHON_WARM_JUDGES=0: started on demand)
+        JUDGES.keep_warm(0 if os.environ.get("MARATHON_WARM_JUDGES", "1").strip() in ("0", "") else 1)
     ws = build_workers(client, control=control, gpu=gpu, task_queue=args.task_queue,
                        gpu_task_queue=args.gpu_task_queue, store=ArtifactStore(args.artifacts),
                        max_concurrent=args.max_concurrent)
