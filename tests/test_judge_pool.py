@@ -101,3 +101,12 @@ def test_a_spare_dies_with_its_worker():
         worker.wait()
     gone = lambda pid: not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z"  # noqa: E731
     _wait_for(lambda: gone(judge) and gone(candidate), 20, "the spare judge and its candidate process to die")
+
+
+def test_a_candidate_process_started_for_another_device_is_killed_unused(tmp_path):
+    from kernels.evaluator.judge import CandidateProcess, Judge
+    wrong = CandidateProcess("cuda", tmp_path)
+    verdict = Judge(_request()).run(wrong)
+    assert verdict.status == "ok", verdict.reason
+    assert "prestarted" not in verdict.sandbox
+    assert wrong.proc.poll() is not None and not wrong.assigned

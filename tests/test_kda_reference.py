@@ -49,3 +49,13 @@ def test_a_wrong_recurrence_is_caught():
 def test_the_judge_runs_the_token_loop_on_the_cpu():
     x = kda.make_inputs({"B": 1, "T": kda.CHUNKED_FROM_T, "H": 1, "K": 16, "V": 16}, 1, "cpu", torch.float16)
     assert torch.equal(kda.reference(**x), kda.reference_token_loop(**x))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the judge's chunked path runs on a GPU")
+def test_the_judge_runs_the_chunked_form_on_a_gpu_and_it_matches():
+    shape = {"B": 2, "T": kda.CHUNKED_FROM_T + 45, "H": 4, "K": 128, "V": 128}
+    for seed in range(3):
+        x = kda.make_inputs(shape, seed, "cuda", torch.bfloat16)
+        judged, loop = kda.reference(**x), kda.reference_token_loop(**x)
+        assert torch.equal(judged, kda.reference_chunked(**x))
+        assert _rel(judged, loop) < 1e-5

@@ -516,6 +516,9 @@ def main(argv: list[str] | None = None) -> int:
     assignment = json.loads(line)
     nonce = assignment.get("nonce", "")
     args = argparse.Namespace(**{**ASSIGNMENT_DEFAULTS, **{k: v for k, v in assignment.items() if k != "nonce"}})
+    if not (args.candidate and args.entry and args.device):
+        print("candidate_process: an assignment names the candidate, its entry point and the device", file=sys.stderr)
+        return 2
     if args.fsize:  # the largest output this evaluation saves, and a log: a disk filler dies of SIGXFSZ
         resource.setrlimit(resource.RLIMIT_FSIZE, (int(args.fsize), int(args.fsize)))
 

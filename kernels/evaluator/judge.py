@@ -226,6 +226,7 @@ class CandidateProcess:
         self.replies = os.fdopen(read_fd, "rb")
         self.buffer = b""
         self.polls = 0
+        self.assigned = False  # unassigned, it is killed on close: it has nothing to finish
 
     def assign(self, source: str, entry: str, budget_s: float, fsize: int, memory_cap: int,
                problem: dict | None = None) -> None:
@@ -233,6 +234,7 @@ class CandidateProcess:
         the judge's commands. The fence switches are read now (the fence self-test may have set them)."""
         self.budget_s = budget_s
         self.memory_cap = memory_cap
+        self.assigned = True
         candidate = self.scratch / "candidate.py"
         candidate.write_text(source)
         writable = [str(self.workdir), triton_cache_dir(), "/dev", "/dev/shm"]
@@ -333,7 +335,7 @@ class CandidateProcess:
         self.proc.wait()
 
     def close(self) -> None:
-        if self.proc.poll() is None:
+        if self.proc.poll() is None and self.assigned:
             self.send({"op": "exit"})
             try:
                 self.proc.wait(timeout=10)
