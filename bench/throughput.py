@@ -46,6 +46,7 @@ def judge_once(problem: str, kernel: str, device: str, cache: BaselineCache, gro
     row = {"group": group, "status": verdict.status, "wall_s": round(wall, 3), "elapsed_s": verdict.elapsed_s,
            "phases_s": verdict.phases_s, "baselines_timed": sum(len(r.baselines) for r in verdict.shapes) - reused,
            "baselines_reused": reused, "warm_judge": bool(verdict.sandbox.get("warm_judge")),
+           "candidate_prestarted": bool(verdict.sandbox.get("prestarted")),
            "device": verdict.device, "gpu": verdict.gpu.name if verdict.gpu else None}
     if verdict.status != "ok":
         row["reason"] = verdict.reason[-500:]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kernels.evaluator.evaluate import JUDGES, EvalRequest, evaluate
+from kernels.evaluator.judge import likely_device
 from kernels.problems.spec import get_problem, resolve_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,7 +20,8 @@ MLA_TINY = [{"B": 1, "H": 2, "S": 16}]
 
 def _request() -> EvalRequest:
     _, source = resolve_kernel(get_problem("mla_decode"), "starter")
-    return EvalRequest(problem="mla_decode", source=source, device="cpu", mode="test", shapes=MLA_TINY,
+    # the device a spare expects here (the CPU on a host without a GPU), so that it is the one used
+    return EvalRequest(problem="mla_decode", source=source, device=likely_device(), mode="test", shapes=MLA_TINY,
                        seeds=1, probe_shapes=0, baselines=False, timeout_s=120)
 
 
@@ -106,7 +108,7 @@ def test_a_spare_dies_with_its_worker():
 def test_a_candidate_process_started_for_another_device_is_killed_unused(tmp_path):
     from kernels.evaluator.judge import CandidateProcess, Judge
     wrong = CandidateProcess("cuda", tmp_path)
-    verdict = Judge(_request()).run(wrong)
+    verdict = Judge(_request().model_copy(update={"device": "cpu"})).run(wrong)
     assert verdict.status == "ok", verdict.reason
     assert "prestarted" not in verdict.sandbox
     assert wrong.proc.poll() is not None and not wrong.assigned

@@ -155,7 +155,11 @@ class JudgePool:
                 time.sleep(5.0)
                 continue
             with self._lock:
-                self._spares.append(spare)
+                wanted = len(self._spares) < self.size  # keep_warm(0) may have come while it started
+                if wanted:
+                    self._spares.append(spare)
+            if not wanted:
+                spare.discard()
 
 
 JUDGES = JudgePool()  # this worker's spare judges

@@ -216,7 +216,6 @@ class CandidateProcess:
         self.workdir.mkdir()
         read_fd, write_fd = os.pipe()
         self.log = open(self.log_path, "wb")
-        self.fences: dict = {}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kernels.evaluator.candidate_process", "--reply-fd", str(write_fd)],
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.workdir,
@@ -518,7 +517,6 @@ class Judge:
                 candidate.assign(self.req.source, self.spec.entry_point, self.req.timeout_s,
                                  fsize=self._file_limit(shapes + probes), memory_cap=self._memory_cap(),
                                  problem=self._problem_args(candidate.scratch))
-                self.verdict.sandbox.update(candidate.fences)
                 if self_test:
                     self.verdict.sandbox["self_test"] = self_test
                 self._judge(candidate, candidate.scratch, shapes, probes)
