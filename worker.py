@@ -29,6 +29,7 @@ from activities.artifacts import ArtifactStore
 from activities.compaction import compact
 from activities.registry import MarathonActivities
 from kernels.evaluator.confinement import make_non_dumpable, remove_stale_scratch
+from kernels.evaluator.evaluate import JUDGES
 from serving.gpus import CHILD_ENV, GpuWorkers, visible_gpus
 from workflows import names
 from workflows.kernel_optimization import KernelOptimization
@@ -115,6 +116,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 async def _serve(args: argparse.Namespace, control: bool, gpu: bool) -> None:
     client = await connect(args.address, args.namespace)
+    if gpu:  # a judge started ahead of each evaluation (MARATHON_WARM_JUDGES=0: started on demand)
+        JUDGES.keep_warm(0 if os.environ.get("MARATHON_WARM_JUDGES", "1").strip() in ("0", "") else 1)
     ws = build_workers(client, control=control, gpu=gpu, task_queue=args.task_queue,
                        gpu_task_queue=args.gpu_task_queue, store=ArtifactStore(args.artifacts),
                        max_concurrent=args.max_concurrent)

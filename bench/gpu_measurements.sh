@@ -41,6 +41,8 @@
 #                  per configuration of BREAKDOWN
 #   mla-streams    stage 1's cache stream at its grids without the math, and the shipped stage 1 on fixed
 #                  grids (32 and 64 splits) as S grows from 1,024 to 32,768
+#   throughput     bench/throughput.py: judged candidates per GPU-hour and seconds per verdict by phase, MLA
+#                  and KDA tuned at the bench shapes, first / cold / warm evaluations, baselines reused (~4.5 min)
 #   peaks          bench/device_peaks.py: bf16 GEMM TFLOP/s, MLA's two products at B=32 by cuBLAS alone, copy TB/s
 #   ncu            Nsight Compute: profile_kernel's path through the sandbox, then the tuned kernels'
 #                  detailed reports (stall reasons, occupancy, memory) outside it (bench/ncu_probe.py)
@@ -59,7 +61,7 @@
 case ${1:-} in -h|--help|"") sed -n '2,/^case /p' "$0" | sed '$d' | cut -c3-; exit 0 ;; esac
 out=${1:?output dir}; shift
 for step in "$@"; do  # refuse a misspelt name before any GPU time is spent
-  case " integrity lowp mla tuner-kda tuner-mla-all tuner-kda-all kda-shapes kda-sweep kda-scan-nt1 kda-partial mla-sweep kda-long tuner-kda-start tuner-kda-resume kda-scan-speed mla-tune mla-breakdown mla-streams ncu-source-mla examples confinement mla-regimes mla-plans tuner-mla-state kda-pick-shapes kda-forms ncu-fences ncu-source peaks ncu " in *" $step "*) ;; *) echo "unknown measurement: $step (--help lists them)" >&2; exit 2 ;; esac
+  case " integrity lowp mla tuner-kda tuner-mla-all tuner-kda-all kda-shapes kda-sweep kda-scan-nt1 kda-partial mla-sweep kda-long tuner-kda-start tuner-kda-resume kda-scan-speed mla-tune mla-breakdown mla-streams ncu-source-mla examples confinement mla-regimes mla-plans tuner-mla-state kda-pick-shapes kda-forms ncu-fences ncu-source peaks ncu throughput " in *" $step "*) ;; *) echo "unknown measurement: $step (--help lists them)" >&2; exit 2 ;; esac
 done
 if [ -n "${MARATHON_GPU_SETUP:-}" ]; then eval "$MARATHON_GPU_SETUP" || exit 1; fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -183,6 +185,9 @@ b = json.load(open('$out/kda_tune.json'))['best']; print('' if b == CONFIG else 
     ncu-source)  # per-SASS-instruction metrics (warp stall samples) of the KDA preparation and MLA stage 1
       timeout 120 python3 bench/ncu_probe.py --out "$out" --source _kda_prep
       timeout 120 python3 bench/ncu_probe.py --out "$out" --source _mla_split_kernel --problem mla_decode ;;
+    throughput)  # the worker's evaluations back to back: judges on demand, then started ahead of need
+      timeout 330 python3 bench/throughput.py --device cuda --kernel tuned --cold 1 --warm 2 \
+        --out "$out/throughput.json"; echo "throughput exit $?" ;;
     peaks)  # the GPU's own bf16 GEMM rate, MLA's B=32 products done by cuBLAS alone, a device copy
       timeout 120 python3 bench/device_peaks.py --out "$out/device_peaks.json" ;;
     ncu)

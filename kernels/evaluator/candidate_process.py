@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import json
 import os
+import resource
 import sys
 import threading
 import time
@@ -489,29 +490,37 @@ def _file_problem_entry(cls, args):
     return CandidateModel(cls, reference, args.device)
 
 
+# What the judge's assignment (the first line on stdin) holds besides the nonce, with defaults.
+ASSIGNMENT_DEFAULTS = {"candidate": None, "entry": None, "device": None, "problem_file": None, "problem_name": None,
+                       "param_seed": 0, "seccomp": 1, "landlock": 1, "netns": 1, "drop_capabilities": 1,
+                       "writable": "", "gpu_memory_fraction": 0.0, "fsize": None}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--candidate", required=True)
-    ap.add_argument("--entry", required=True)
-    ap.add_argument("--problem-file")  # a KernelBench-format problem: the entry is its ModelNew class
-    ap.add_argument("--problem-name")
-    ap.add_argument("--param-seed", type=int, default=0)
-    ap.add_argument("--device", required=True)
     ap.add_argument("--reply-fd", type=int, required=True)
-    ap.add_argument("--seccomp", type=int, default=1)
-    ap.add_argument("--landlock", type=int, default=1)
-    ap.add_argument("--netns", type=int, default=1)
-    ap.add_argument("--drop-capabilities", type=int, default=1)
-    ap.add_argument("--writable", default="")
-    ap.add_argument("--gpu-memory-fraction", type=float, default=0.0)
     args = ap.parse_args(argv)
     # before any code of the candidate's: what it starts cannot read this process's memory (the
     # nonce, the channel) through /proc
     dumpable_off = confinement.make_non_dumpable()
     channel = os.fdopen(args.reply_fd, "w", buffering=1)
-    # The judge's first line is this run's nonce: every reply carries it, so a line the candidate
-    # writes into the channel (were it ever to reach the descriptor) is told apart from ours.
-    nonce = json.loads(sys.stdin.readline() or "{}").get("nonce", "")
+    # The process may be started ahead of need (the judge starts it while it prepares inputs and
+    # references, or before it has a request at all): torch and Triton are imported by now, and it
+    # knows nothing of its evaluation until this line, the judge's assignment. It carries this run's
+    # nonce, which every reply carries back, so a line the candidate writes into the channel (were it
+    # ever to reach the descriptor) is told apart from ours. No line (the judge closed the pipe
+    # unassigned): nothing to do.
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0
+    assignment = json.loads(line)
+    nonce = assignment.get("nonce", "")
+    args = argparse.Namespace(**{**ASSIGNMENT_DEFAULTS, **{k: v for k, v in assignment.items() if k != "nonce"}})
+    if not (args.candidate and args.entry and args.device):
+        print("candidate_process: an assignment names the candidate, its entry point and the device", file=sys.stderr)
+        return 2
+    if args.fsize:  # the largest output this evaluation saves, and a log: a disk filler dies of SIGXFSZ
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(args.fsize), int(args.fsize)))
 
     def reply(obj: dict) -> None:
         channel.write(json.dumps({**obj, "nonce": nonce}) + "\n")

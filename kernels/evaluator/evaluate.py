@@ -4,11 +4,14 @@ worker can call it without taking a CUDA context: the judging happens in a judge
 (`python -m kernels.evaluator.candidate_process`)."""
 from __future__ import annotations
 
+import atexit
 import hashlib
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -70,6 +73,108 @@ def source_sha256(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
+class _Spare:
+    """A judge process started ahead of need, waiting for its one request on stdin, with its scratch
+    folder (the judge's HOME and cwd) and log, and the environment it was started with."""
+
+    def __init__(self, env_for: Callable[[str], dict[str, str]]) -> None:
+        self.tmp = tempfile.TemporaryDirectory(prefix=scratch_prefix("marathon-judge"))
+        self.env = env_for(self.tmp.name)
+        self.log_path = Path(self.tmp.name) / "judge.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kernels.evaluator.judge", "--await-request"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE, env=self.env, cwd=self.tmp.name,
+                start_new_session=True, preexec_fn=die_with_parent())
+
+    def discard(self) -> None:
+        if self.proc.poll() is None:
+            _kill_group(self.proc)
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.tmp.cleanup()
+
+
+class JudgePool:
+    """Judge processes started ahead of need, so that an evaluation finds one with Python, torch and
+    Triton imported and its candidate process started (kernels/evaluator/judge.py --await-request).
+    Each judge, and each candidate process, still serves exactly one evaluation and exits: isolation
+    is as for a judge started on demand. A spare knows nothing of its request until it is handed the
+    request's file, holds no GPU context while it waits, and dies with the worker: it is started by
+    the pool's own thread, which lives as long as the worker's process, with the parent-death signal.
+    A spare whose environment no longer matches the one a judge would get now (a switch changed) is
+    discarded, never used. Off until `keep_warm` (a worker serving evaluations turns it on; a
+    one-shot `marathon eval` has no next evaluation to start ahead for)."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._lock = threading.Lock()
+        self._spares: list[_Spare] = []
+        self._wanted = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+
+    def keep_warm(self, size: int = 1) -> None:
+        """Keep `size` spare judges started (0: none, and the spares are discarded)."""
+        with self._lock:
+            self.size = max(size, 0)
+            if self.size and self._thread is None:
+                self._thread = threading.Thread(target=self._starter, name="marathon-judge-pool", daemon=True)
+                self._thread.start()
+                atexit.register(self.close)
+            self._wanted.notify_all()
+        if not size:
+            self.close()
+
+    def take(self) -> _Spare | None:
+        """A spare started with the environment a judge would get now, or None (none ready: start one
+        on demand). The pool starts the next spare at once."""
+        with self._lock:
+            spare = self._spares.pop(0) if self._spares else None
+            self._wanted.notify_all()
+        if spare is None:
+            return None
+        if spare.proc.poll() is None and spare.env == _judge_env(spare.tmp.name):
+            return spare
+        spare.discard()
+        return None
+
+    def close(self) -> None:
+        with self._lock:
+            spares, self._spares = self._spares, []
+        for spare in spares:
+            spare.discard()
+
+    def _starter(self) -> None:
+        while True:
+            with self._lock:
+                while len(self._spares) >= self.size:
+                    self._wanted.wait()
+            try:
+                spare = _Spare(_judge_env)
+            except OSError:
+                time.sleep(5.0)
+                continue
+            with self._lock:
+                wanted = len(self._spares) < self.size  # keep_warm(0) may have come while it started
+                if wanted:
+                    self._spares.append(spare)
+            if not wanted:
+                spare.discard()
+
+
+JUDGES = JudgePool()  # this worker's spare judges
+
+
+def _judge_env(scratch: str) -> dict[str, str]:
+    # an allowlist of the worker's environment, never a copy: the model's API key stays here
+    env = judge_env(scratch, PROJECT_ROOT)
+    # the baselines' Triton autotuning (FLA's: most of a KDA baseline's minute and a half) is kept on
+    # disk, so a fresh judge process re-times a baseline without re-tuning it; the candidate's
+    # process does not inherit this (kernels/evaluator/judge.py candidate_env)
+    env.setdefault("TRITON_CACHE_AUTOTUNING", "1")
+    return env
+
+
 def evaluate(request: EvalRequest, *, heartbeat: Callable[[], None] | None = None,
              judge_grace_s: float = 1800.0) -> Verdict:
     """Judge one candidate. A bad candidate is a Verdict; only infrastructure faults raise."""
@@ -82,38 +187,46 @@ def evaluate(request: EvalRequest, *, heartbeat: Callable[[], None] | None = Non
         spec.shapes("smoke")  # a file problem on a CPU needs small shapes: says so here
     if request.dtype is not None and request.dtype not in spec.tolerances:
         raise ValueError(f"--dtype {request.dtype}: {spec.name} knows {', '.join(spec.tolerances)}")
-    with tempfile.TemporaryDirectory(prefix=scratch_prefix("marathon-judge")) as tmp:
+    t0 = time.monotonic()
+    spare = JUDGES.take()
+    with (spare.tmp if spare else tempfile.TemporaryDirectory(prefix=scratch_prefix("marathon-judge"))) as tmp:
         req_path, out_path, log_path = (Path(tmp) / n for n in ("request.json", "verdict.json", "judge.log"))
         req_path.write_text(request.model_dump_json())
-        # an allowlist of the worker's environment, never a copy: the model's API key stays here
-        env = judge_env(tmp, PROJECT_ROOT)
-        # the baselines' Triton autotuning (FLA's: most of a KDA baseline's minute and a half) is kept on
-        # disk, so a fresh judge process re-times a baseline without re-tuning it; the candidate's
-        # process does not inherit this (kernels/evaluator/judge.py candidate_env)
-        env.setdefault("TRITON_CACHE_AUTOTUNING", "1")
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=tmp,
-                start_new_session=True, preexec_fn=die_with_parent())
-            deadline = time.monotonic() + request.timeout_s + judge_grace_s
-            try:
-                while True:
-                    try:
-                        proc.wait(timeout=2.0)
-                        break
-                    except subprocess.TimeoutExpired:
-                        if heartbeat:
-                            heartbeat()
-                        if time.monotonic() > deadline:
-                            raise EvaluatorError("the judge process outlived its deadline and was killed")
-            finally:
-                if proc.poll() is None:
-                    _kill_group(proc)
+        if spare:
+            proc = spare.proc
+            try:  # its assignment: the request's paths, the first it learns of them
+                proc.stdin.write((json.dumps([str(req_path), str(out_path)]) + "\n").encode())
+                proc.stdin.close()
+            except OSError:
+                pass  # it died waiting: its exit status and log say so below
+        else:
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_judge_env(tmp), cwd=tmp,
+                    start_new_session=True, preexec_fn=die_with_parent())
+        deadline = time.monotonic() + request.timeout_s + judge_grace_s
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=2.0)
+                    break
+                except subprocess.TimeoutExpired:
+                    if heartbeat:
+                        heartbeat()
+                    if time.monotonic() > deadline:
+                        raise EvaluatorError("the judge process outlived its deadline and was killed")
+        finally:
+            if proc.poll() is None:
+                _kill_group(proc)
         if proc.returncode != 0 or not out_path.exists():
             tail = log_path.read_text(errors="replace")[-3000:]
             raise EvaluatorError(f"the judge process failed (exit {proc.returncode}):\n{tail}")
-        return Verdict.model_validate_json(out_path.read_text())
+        verdict = Verdict.model_validate_json(out_path.read_text())
+    # what the judge's own clock did not see: starting it (or handing the request to a spare) and its exit
+    verdict.phases_s["judge_process"] = round(max(time.monotonic() - t0 - verdict.elapsed_s, 0.0), 3)
+    verdict.sandbox["warm_judge"] = spare is not None
+    return verdict
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -31,7 +31,7 @@ from kernels.evaluator.hostinfo import nvidia_driver
 from kernels.evaluator.evaluate import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, EvaluatorError, env_digest, source_sha256
 from kernels.evaluator.confinement import SECRET_WORDS
 from kernels.evaluator.policy import check_source, module_violation
-from kernels.problems.spec import ProblemSpec, get_problem
+from kernels.problems.spec import PROBLEM_NAMES, ProblemSpec, get_problem
 from kernels.evaluator.roofline import DeviceProfile, profile_for_gpu
 from kernels.evaluator.verdict import Gpu, KnownBaseline, ShapeResult, Timing, Verdict, device_label
 
@@ -112,9 +112,10 @@ def triton_cache_dir() -> str:
     return path
 
 
-def _limits(device: str, fsize: int):
-    """Runs in the sandbox child before exec: die with the judge, no core dumps, bounded files and
-    (CPU) address space. The other fences (network namespace, Landlock, seccomp) the sandbox puts up
+def _limits(device: str):
+    """Runs in the sandbox child before exec: die with the judge, no core dumps, bounded (CPU) address
+    space (the file-size limit, which depends on the evaluation's shapes, the process sets itself on
+    its assignment, before any candidate code). The other fences (network namespace, Landlock, seccomp) the sandbox puts up
     itself, after CUDA and Triton have started: CUDA's initialisation failed under them on the H200
     machines (error 304) when they came first."""
     import resource
@@ -123,7 +124,6 @@ def _limits(device: str, fsize: int):
     def apply() -> None:
         isolation.set_parent_death_signal(signal.SIGKILL)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         try:  # enforced for non-root users only; the judge's process watchdog covers root
             resource.setrlimit(resource.RLIMIT_NPROC, (4096, 4096))
         except (ValueError, OSError):
@@ -201,38 +201,48 @@ class CandidateProcess:
     the judge waits for a reply it watches the process tree: too many processes, too much memory or
     too much disk end the run with a typed verdict."""
 
-    def __init__(self, source: str, entry: str, device: str, scratch: Path, budget_s: float,
-                 fsize: int, memory_cap: int, problem: list[str] | None = None) -> None:
+    def __init__(self, device: str, scratch: Path) -> None:
+        """Starts the process, which imports torch and Triton and then waits for its assignment
+        (`assign`): started ahead of need, it knows nothing of the evaluation until then. It dies with
+        the judge (the parent-death signal), and serves one candidate only."""
+        self.device = device
         self.scratch = scratch
-        self.budget_s = budget_s
-        self.memory_cap = memory_cap
+        self.budget_s = 0.0
+        self.memory_cap = 0
         self.token = secrets.token_hex(8)
         self.nonce = secrets.token_hex(16)
         self.log_path = scratch / "candidate.log"
-        candidate = scratch / "candidate.py"
-        candidate.write_text(source)
         self.workdir = scratch / "work"  # the candidate's cwd, HOME and TMPDIR; outputs land here too
         self.workdir.mkdir()
         read_fd, write_fd = os.pipe()
         self.log = open(self.log_path, "wb")
-        self.fences: dict = {}
-        writable = [str(self.workdir), triton_cache_dir(), "/dev", "/dev/shm"]
-        switches = {name: int(_env_flag(var)) for name, var in FENCE_SWITCHES.items()}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kernels.evaluator.candidate_process", "--candidate", str(candidate), "--entry", entry,
-             "--device", device, "--reply-fd", str(write_fd), "--seccomp", str(switches["seccomp"]),
-             "--landlock", str(switches["landlock"]), "--netns", str(switches["netns"]),
-             "--drop-capabilities", str(switches["capabilities"]),
-             "--writable", os.pathsep.join(writable),
-             "--gpu-memory-fraction", str(GPU_MEMORY_FRACTION if device == "cuda" else 0.0), *(problem or [])],
+            [sys.executable, "-m", "kernels.evaluator.candidate_process", "--reply-fd", str(write_fd)],
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.workdir,
             env=candidate_env(device, self.workdir, self.token), pass_fds=(write_fd,), start_new_session=True,
-            preexec_fn=_limits(device, fsize))
+            preexec_fn=_limits(device))
         os.close(write_fd)
         self.replies = os.fdopen(read_fd, "rb")
         self.buffer = b""
         self.polls = 0
-        self.send({"nonce": self.nonce})
+        self.assigned = False  # unassigned, it is killed on close: it has nothing to finish
+
+    def assign(self, source: str, entry: str, budget_s: float, fsize: int, memory_cap: int,
+               problem: dict | None = None) -> None:
+        """The candidate and its limits: the process loads it, puts up its fences first, and serves
+        the judge's commands. The fence switches are read now (the fence self-test may have set them)."""
+        self.budget_s = budget_s
+        self.memory_cap = memory_cap
+        self.assigned = True
+        candidate = self.scratch / "candidate.py"
+        candidate.write_text(source)
+        writable = [str(self.workdir), triton_cache_dir(), "/dev", "/dev/shm"]
+        switches = {name: int(_env_flag(var)) for name, var in FENCE_SWITCHES.items()}
+        self.send({"nonce": self.nonce, "candidate": str(candidate), "entry": entry, "device": self.device,
+                   "seccomp": switches["seccomp"], "landlock": switches["landlock"], "netns": switches["netns"],
+                   "drop_capabilities": switches["capabilities"], "writable": os.pathsep.join(writable),
+                   "gpu_memory_fraction": GPU_MEMORY_FRACTION if self.device == "cuda" else 0.0, "fsize": fsize,
+                   **(problem or {})})
 
     def send(self, cmd: dict) -> None:
         try:
@@ -324,7 +334,7 @@ class CandidateProcess:
         self.proc.wait()
 
     def close(self) -> None:
-        if self.proc.poll() is None:
+        if self.proc.poll() is None and self.assigned:
             self.send({"op": "exit"})
             try:
                 self.proc.wait(timeout=10)
@@ -427,6 +437,8 @@ class Judge:
         if self.spec.source is not None:  # a file problem's parameters: drawn fresh too, the same in the sandbox
             self.reference.param_seed = self.seed_base
         self.current_shape: dict[str, int] = {}
+        # (shape index, seed index) -> (inputs, their file for the sandbox, reference output or None)
+        self.prepared: dict[tuple[int, int], tuple[dict, Path, torch.Tensor | None]] = {}
         self.verdict = Verdict(
             status="ok", reason="", problem=self.spec.name, kernel=req.kernel, mode=req.mode,
             device=self.device, gpu=self.gpu, dtype=dtype_name,
@@ -470,7 +482,9 @@ class Judge:
                     break
         return out
 
-    def run(self) -> Verdict:
+    def run(self, prestarted: CandidateProcess | None = None) -> Verdict:
+        """The verdict. `prestarted`: a candidate process this judge started ahead of need, in its own
+        scratch folder; used when it was started for this evaluation's device, else closed unused."""
         t0 = time.monotonic()
         try:
             try:
@@ -488,33 +502,45 @@ class Judge:
             probes = self.probe_shapes(shapes)
             with self._phase("fence_self_test"):
                 self_test = fence_self_test(self.device)
-            with tempfile.TemporaryDirectory(prefix=confinement.scratch_prefix("marathon-eval")) as tmp:
-                candidate = CandidateProcess(self.req.source, self.spec.entry_point, self.device, Path(tmp), self.req.timeout_s,
-                                  fsize=self._file_limit(shapes + probes), memory_cap=self._memory_cap(),
-                                  problem=self._problem_args(Path(tmp)))
-                self.verdict.sandbox = dict(candidate.fences)
+            if prestarted is not None and prestarted.device != self.device:
+                prestarted.close()
+                prestarted = None
+            with contextlib.ExitStack() as stack:
+                if prestarted is None:
+                    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix=confinement.scratch_prefix("marathon-eval")))
+                    # started now, it imports torch and Triton while this judge prepares the first inputs
+                    candidate = CandidateProcess(self.device, Path(tmp))
+                else:
+                    candidate = prestarted
+                    self.verdict.sandbox["prestarted"] = True
+                stack.callback(self._close_candidate, candidate)
+                candidate.assign(self.req.source, self.spec.entry_point, self.req.timeout_s,
+                                 fsize=self._file_limit(shapes + probes), memory_cap=self._memory_cap(),
+                                 problem=self._problem_args(candidate.scratch))
                 if self_test:
                     self.verdict.sandbox["self_test"] = self_test
-                try:
-                    self._judge(candidate, Path(tmp), shapes, probes)
-                finally:
-                    self.verdict.log_tail = candidate.log_tail()
-                    candidate.close()
+                self._judge(candidate, candidate.scratch, shapes, probes)
         except Outcome as outcome:
             self.verdict.status, self.verdict.reason = outcome.status, outcome.reason
+        finally:
+            self.prepared.clear()
         self.verdict.elapsed_s = round(time.monotonic() - t0, 3)
         if self.verdict.status == "ok" and not self.verdict.reason:
             self.verdict.reason = self._summary()
         return self.verdict
 
-    def _problem_args(self, scratch: Path) -> list[str]:
+    def _close_candidate(self, candidate: CandidateProcess) -> None:
+        self.verdict.log_tail = candidate.log_tail()
+        candidate.close()
+
+    def _problem_args(self, scratch: Path) -> dict:
         """For a file problem, what the sandbox needs to build the candidate's ModelNew: the problem's
         source, its name and the seed of Model's parameters."""
         if self.spec.source is None:
-            return []
+            return {}
         path = scratch / "problem.py"
         path.write_text(self.spec.source)
-        return ["--problem-file", str(path), "--problem-name", self.spec.name, "--param-seed", str(self.seed_base)]
+        return {"problem_file": str(path), "problem_name": self.spec.name, "param_seed": self.seed_base}
 
     def _file_limit(self, shapes: list[dict[str, int]]) -> int:
         """RLIMIT_FSIZE for the candidate: room for the largest output the sandbox must save, and
@@ -536,7 +562,31 @@ class Judge:
             phases = self.verdict.phases_s
             phases[name] = round(phases.get(name, 0.0) + time.monotonic() - t0, 3)
 
+    def _seeds(self) -> int:
+        return 1 if self.req.mode == "compile" else max(self.req.seeds, 1)
+
+    def _prepare(self, index: int, shape, s: int, scratch: Path) -> tuple[dict, Path, torch.Tensor | None]:
+        """The inputs of a shape's s-th correctness seed, their file in the judge's scratch folder, and
+        their reference output (none in compile mode, which checks nothing); made once, the first time
+        they are needed."""
+        if (index, s) not in self.prepared:
+            with self._phase("inputs"):
+                inputs = self.reference.make_inputs(shape, self.seed_base + s, self.device, self.dtype)
+                path = scratch / f"inputs_{index}_{s}.pt"
+                torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}, path)
+            ref = None
+            if self.req.mode != "compile":
+                with self._phase("reference"):
+                    ref = self.reference.reference(**inputs)
+            self.prepared[(index, s)] = (inputs, path, ref)
+        return self.prepared[(index, s)]
+
     def _judge(self, candidate: CandidateProcess, scratch: Path, shapes, probes) -> None:
+        # the first shape's inputs and references are made while the candidate's process starts
+        # (sandbox_start is what is left to wait): it sees none of them, its inputs reach it as files
+        # one call at a time, and the reference never enters it
+        for s in range(self._seeds()):
+            self._prepare(0, shapes[0], s, scratch)
         with self._phase("sandbox_start"):
             ready = self._ready(candidate)
         missing = [k for k in ("seccomp", "landlock", "netns") if not self.verdict.sandbox.get(k)]
@@ -553,13 +603,9 @@ class Judge:
                 result.note = "probe shape, drawn at random for this evaluation: correctness only"
             out_shape, out_dtype = self.reference.output_spec(shape, self.dtype)
             input_sets = []
-            seeds = 1 if self.req.mode == "compile" else max(self.req.seeds, 1)
-            for s in range(seeds):
+            for s in range(self._seeds()):
                 seed = self.seed_base + s
-                with self._phase("inputs"):
-                    inputs = self.reference.make_inputs(shape, seed, self.device, self.dtype)
-                path = scratch / f"inputs_{index}_{s}.pt"
-                torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}, path)
+                inputs, path, ref = self._prepare(index, shape, s, scratch)
                 out_path = candidate.workdir / f"out_{index}_{s}.pt"
                 with self._phase("candidate_calls"):
                     self._call(candidate, path, out_path, out_shape, out_dtype, fill=FILL_A)
@@ -567,8 +613,7 @@ class Judge:
                     result.note = "compiled and ran once; not checked"
                     return
                 out = torch.load(out_path, weights_only=True)
-                with self._phase("reference"):
-                    ref = self.reference.reference(**inputs)
+                del self.prepared[(index, s)]
                 self._check(result, shape, f"seed {seed}", out, ref)
                 result.seeds = s + 1
                 if not noop_checked:
@@ -627,7 +672,7 @@ class Judge:
                 raise
             # nothing of the candidate's has run yet: the sandbox itself failed to start (CUDA, Triton)
             raise EvaluatorError(f"the sandbox failed before loading the candidate ({outcome.reason}):\n"
-                                 f"{sandbox.log_tail()[-2500:]}") from None
+                                 f"{candidate.log_tail()[-2500:]}") from None
         if fenced.get("kind") != "fenced":
             raise Outcome("crashed", f"unexpected reply {fenced.get('kind')!r} on the result channel")
         self.verdict.sandbox.update(fenced.get("fences", {}))
@@ -885,17 +930,54 @@ def _fmt(shape: dict[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in shape.items())
 
 
+AWAIT_REQUEST = "--await-request"  # started ahead of need: the request's paths come later, on stdin
+
+
+def likely_device() -> str:
+    """The device an "auto" request will get here, asked of NVML only: a judge waiting for its request
+    starts no CUDA context, so it never shows as another process on the GPU that the evaluation
+    before it is timing on (kernels/evaluator/gpu_quiet.py)."""
+    try:
+        return "cuda" if torch.cuda._device_count_nvml() > 0 else "cpu"
+    except Exception:  # no NVML, or a torch without it: a wrong guess only costs the head start
+        return "cpu"
+
+
+def _await_request() -> tuple[list[str] | None, CandidateProcess, Path]:
+    """A judge started ahead of need (kernels/evaluator/evaluate.py JudgePool): it starts its
+    candidate process, imports the problems' references, and waits for the one request it will
+    judge. Neither process sees the request before this returns it. Returns its argv (None: the
+    worker closed the pipe unassigned), the candidate process and its scratch folder."""
+    scratch = Path(tempfile.mkdtemp(prefix=confinement.scratch_prefix("marathon-eval")))
+    candidate = CandidateProcess(likely_device(), scratch)
+    for name in PROBLEM_NAMES:
+        get_problem(name).reference_module()  # the baselines' modules wait: FLA's import starts CUDA
+    line = sys.stdin.readline()
+    return (json.loads(line) if line.strip() else None), candidate, scratch
+
+
 def main(argv: list[str]) -> int:
     # first: nothing this process starts may read its memory, environment or command line
     confinement.make_non_dumpable()
-    req = EvalRequest.model_validate_json(Path(argv[0]).read_text())
-    torch.backends.cuda.matmul.allow_tf32 = False  # the reference is true fp32
-    torch.backends.cudnn.allow_tf32 = False
+    prestarted, scratch = None, None
     try:
-        verdict = Judge(req).run()
-    except EvaluatorError as exc:
-        print(f"marathon-judge: {exc}", file=sys.stderr)
-        return 3
+        if argv[:1] == [AWAIT_REQUEST]:
+            argv, prestarted, scratch = _await_request()
+            if argv is None:
+                return 0
+        req = EvalRequest.model_validate_json(Path(argv[0]).read_text())
+        torch.backends.cuda.matmul.allow_tf32 = False  # the reference is true fp32
+        torch.backends.cudnn.allow_tf32 = False
+        try:
+            verdict = Judge(req).run(prestarted)
+        except EvaluatorError as exc:
+            print(f"marathon-judge: {exc}", file=sys.stderr)
+            return 3
+    finally:
+        if prestarted is not None:
+            prestarted.close()  # a no-op when the evaluation has closed it
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     tmp = Path(argv[1]).with_suffix(".tmp")
     tmp.write_text(verdict.model_dump_json())
     shutil.move(tmp, argv[1])
