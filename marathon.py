@@ -183,7 +183,7 @@ def _spec_from_args(args: argparse.Namespace):
                                      timeout_s=args.timeout, parallel=args.parallel,
                                      sweep_best=not args.no_sweep_check),
                    hints=list(args.hint), compact_every=args.compact_every, context_budget=args.context_budget,
-                   gpu_task_queue=args.gpu_task_queue)
+                   gpu_task_queue=args.gpu_task_queue, agents=args.agents)
 
 
 def _report_table(rep) -> str:
@@ -319,6 +319,37 @@ async def _follow(client, workflow_id: str, out, stop) -> None:
         await _pause(stop, 2.0)
 
 
+async def _fit_parallel(client, spec, embedded: bool, out):
+    """--parallel above the evaluation workers there are cannot run faster: say so and use what there is.
+    An embedded run has one; on a server, the distinct pollers of the GPU queue (none yet: workers may
+    still be starting, so the number stands)."""
+    want = spec.eval.parallel
+    if want <= 1:
+        return spec
+    if embedded:
+        have = 1
+    else:
+        from temporalio.api.enums.v1 import TaskQueueType
+        from temporalio.api.taskqueue.v1 import TaskQueue
+        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+        try:
+            resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+                namespace=client.namespace, task_queue=TaskQueue(name=spec.gpu_task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY))
+            have = len({p.identity for p in resp.pollers})
+        except Exception as exc:  # an older server: the number stands
+            print(f"cannot count the evaluation workers ({_why(exc)}); --parallel {want} stands", file=out)
+            return spec
+        if have == 0:
+            print(f"no evaluation worker polls {spec.gpu_task_queue} yet; --parallel {want} stands", file=out)
+            return spec
+    if want <= have:
+        return spec
+    print(f"--parallel {want} reduced to {have}: {have} evaluation worker{'s' if have != 1 else ''} "
+          f"serve{'s' if have == 1 else ''} {spec.gpu_task_queue}", file=out, flush=True)
+    return spec.model_copy(update={"eval": spec.eval.model_copy(update={"parallel": have})})
+
+
 async def _run_async(args: argparse.Namespace, spec) -> int:
     import asyncio
     import contextlib
@@ -350,6 +381,7 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
         except RuntimeError as exc:
             print(f"marathon run: cannot reach the Temporal server at {address}: {_why(exc)}", file=sys.stderr)
             return 2
+        spec = await _fit_parallel(client, spec, args.address is None, out)
         workers = None
         if args.address is None:
             workers = worker.build_workers(client, task_queue=args.task_queue, gpu_task_queue=args.gpu_task_queue,
@@ -663,6 +695,10 @@ def _add_spec_flags(run, problem: str = "one") -> None:
     run.add_argument("--parallel", type=_number(int, 1, 64), default=1,
                      help="tuner: configurations profiled at once, one per GPU worker (`marathon dev --gpus auto` "
                           "starts one per GPU; an embedded run has one); a suite: problems run at once")
+    run.add_argument("--agents", type=_number(int, 1, 64), default=1,
+                     help="islands: this many agents as child workflows of the run, each with its own context and "
+                          "a share of the tool calls, sharing the best kernel and the failures (the tuner splits "
+                          "its space among them)")
     run.add_argument("--no-sweep-check", action="store_true",
                      help="do not test the best kernel on the problem's sweep shapes after the run (a CUDA run does)")
     run.add_argument("--hint", action="append", default=[], help="a hint for the model (repeatable)")
