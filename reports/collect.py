@@ -20,7 +20,7 @@ from activities.artifacts import ArtifactStore
 from compaction.text import one_line
 from kernels.evaluator.verdict import Verdict
 from workflows import names
-from workflows.models import Attempt, BestReport, EvalResult, RunReport, RunSetup, RunSpec, RunStatus
+from workflows.models import AgentLine, Attempt, BestReport, EvalResult, RunReport, RunSetup, RunSpec, RunStatus
 
 QUERY_TIMEOUT_S = 20.0
 
@@ -107,6 +107,7 @@ class RunFacts(BaseModel):
     faults: list[TimedEvent] = Field(default_factory=list)
     notebook: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    agents: list[AgentLine] = Field(default_factory=list)  # islands: one line per agent (a finished run's)
 
     @property
     def best_verdict(self) -> Verdict | None:
@@ -288,7 +289,9 @@ async def collect(client: Client, workflow_id: str, store: ArtifactStore | None 
         attempts, best = rep.ledger, rep.best
         policy, stop_reason, tool_calls = rep.policy, rep.stop_reason, rep.tool_calls
         compactions_count, notes = rep.compactions, rep.notes
+        agents = rep.agents
     else:
+        agents = []
         status, attempts, best = await _queries(client, workflow_id)
         policy, stop_reason, tool_calls = status.policy, status.stop_reason or "", status.tool_calls
         compactions_count, notes = status.compactions, []
@@ -362,4 +365,4 @@ async def collect(client: Client, workflow_id: str, store: ArtifactStore | None 
         faults=[TimedEvent(hours=_hours(started_at, t), what=w) for t, w in hist.faults],
         best_sweep=(f"{hist.result.best_sweep.status}: {one_line(hist.result.best_sweep.reason, 300)}"
                     if hist.result is not None and hist.result.best_sweep else None),
-        notebook=notebook, notes=notes)
+        notebook=notebook, notes=notes, agents=agents)

@@ -20,6 +20,8 @@ from temporalio.client import WorkflowFailureError
 import worker as worker_module
 from fake_openai import FakeOpenAI, completion
 from marathon_support import ROOT, mla_variant, mla_wrong, queues, spawn_worker, start, stop_process, workers
+from reports.collect import collect
+from reports.render import render_md
 from workflows import names
 from workflows.models import Budgets, EvalSettings, ModelSettings, RunReport, RunSpec
 
@@ -201,11 +203,17 @@ async def _islands_tuner(address, tmp_path):
         handle = await start(client, spec, tq)
         report = await handle.result()
         reports = [await client.get_workflow_handle(f"{handle.id}/agent-{i}", result_type=RunReport).result() for i in (1, 2)]
+        facts = await collect(client, handle.id)
     assert [(a.agent, a.tool_calls) for a in report.agents] == [(1, 2), (2, 2)]
     tried = [a.config for r in reports for a in r.ledger if a.origin == "tuner"]
     assert len(tried) == 2 and tried[0] != tried[1]  # each agent its own part of the space
     best = max((r.best.speedup or 0 for r in reports if r.best), default=0)
     assert report.best is not None and (report.best.speedup or 0) >= best
+    # the morning report has each agent's line
+    md = render_md(facts)
+    assert "## Agents" in md
+    for a in report.agents:
+        assert f"| {a.agent} | {a.workflow_id} | {a.tool_calls} |" in md
 
 
 @pytest.mark.parametrize("raw, words", [
