@@ -11,15 +11,14 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime
 
 import pytest
-from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import WorkflowFailureError
 
 import worker as worker_module
 from fake_openai import FakeOpenAI, completion
-from marathon_support import ROOT, mla_variant, mla_wrong, queues, spawn_worker, start, stop_process, workers
+from marathon_support import (ROOT, mla_variant, mla_wrong, queues, spawn_worker, start, stop_process, wait_running,
+                              workers)
 from reports.collect import collect
 from reports.render import render_md
 from workflows import names
@@ -88,23 +87,9 @@ async def _islands_llm(address, tmp_path):
             handle = await start(client, spec, tq)
 
             # once agent 1's profile runs, kill the control worker and the evaluation worker running it
-            agent1 = client.get_workflow_handle(f"{handle.id}/agent-1")
-            deadline = time.monotonic() + 240
-            while True:
-                assert time.monotonic() < deadline, "agent 1's profile never started"
-                try:
-                    desc = await agent1.describe()
-                except Exception:
-                    await asyncio.sleep(0.3)
-                    continue
-                running = [p for p in desc.raw_description.pending_activities
-                           if p.activity_type.name == "profile_kernel"
-                           and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED]
-                if running:
-                    break
-                await asyncio.sleep(0.2)
+            running = await wait_running(client.get_workflow_handle(f"{handle.id}/agent-1"), "profile_kernel", 240)
             await asyncio.sleep(1.0)
-            victim = next(p for p in gpu if running[0].last_worker_identity.startswith(f"{p.pid}@"))
+            victim = next(p for p in gpu if running.last_worker_identity.startswith(f"{p.pid}@"))
             for p in (control, victim):
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait()
