@@ -229,3 +229,39 @@ def test_cli_refuses_agents_it_cannot_feed(argv, words):
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2 and words in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_parallel_above_the_evaluation_workers_is_reduced(temporal_server, tmp_path):
+    import io
+
+    import marathon
+    from activities.artifacts import ArtifactStore
+
+    async def go():
+        tq, gq = queues()
+        client = await worker_module.connect(temporal_server.address)
+        spec = RunSpec(problem="mla_decode", eval=EvalSettings(device="cpu", parallel=4), gpu_task_queue=gq)
+        out = io.StringIO()
+        assert (await marathon._fit_parallel(client, spec, False, out)).eval.parallel == 4  # no worker yet: it stands
+        assert "no evaluation worker polls" in out.getvalue()
+        sets = [worker_module.build_workers(await worker_module.connect(temporal_server.address), control=False,
+                                            gpu=True, task_queue=tq, gpu_task_queue=gq,
+                                            store=ArtifactStore(tmp_path / "a"), identity=f"gpu-{i}") for i in range(2)]
+        tasks = [asyncio.create_task(s.run()) for s in sets]
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                out = io.StringIO()
+                fitted = await marathon._fit_parallel(client, spec, False, out)
+                if fitted.eval.parallel == 2 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.5)
+            assert fitted.eval.parallel == 2 and "--parallel 4 reduced to 2: 2 evaluation workers" in out.getvalue()
+            out = io.StringIO()
+            assert (await marathon._fit_parallel(client, spec, True, out)).eval.parallel == 1  # embedded: one
+            assert "reduced to 1" in out.getvalue()
+        finally:
+            for s in sets:
+                await s.shutdown()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    asyncio.run(go())
