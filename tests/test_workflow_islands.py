@@ -199,6 +199,9 @@ async def _islands_tuner(address, tmp_path):
     assert "## Agents" in md
     for a in report.agents:
         assert f"| {a.agent} | {a.workflow_id} | {a.tool_calls} |" in md
+    # the evaluations per worker, the agents' with the run's: the start's profile and one per agent
+    assert sum(facts.evaluations_by_worker.values()) == 3 and len(facts.evaluations_by_worker) <= 2
+    assert "| evaluations per worker |" in md
 
 
 @pytest.mark.parametrize("raw, words", [
