@@ -1,11 +1,13 @@
 """Islands and concurrent evaluations against a real dev server: a scripted 3-agent LLM run on 2 evaluation
 workers (separate processes, one of them and the control worker SIGKILLed mid-run) shows evaluations
 overlapping in time but never two on one worker, agents taking over a shared best and reading each
-other's failures, and no tool call lost or repeated; a 2-agent tuner run splits its space; bad input
-is refused in one line."""
+other's failures, and no tool call lost or repeated; a 2-agent tuner run splits its space and an
+extension of the run among its agents; bad input is refused in one line, and --parallel above the
+evaluation workers is reduced, saying so."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -186,12 +188,16 @@ async def _islands_tuner(address, tmp_path):
     async with workers(address, tq, gq, tmp_path / "a") as client, \
             workers(address, tq, gq, tmp_path / "b", control=False):
         handle = await start(client, spec, tq)
+        # while the agents profile their first configuration, 4 more tool calls: 2 more for each
+        await wait_running(client.get_workflow_handle(f"{handle.id}/agent-1"), "profile_kernel")
+        await handle.execute_update("extend", {"tool_calls": 4})
         report = await handle.result()
         reports = [await client.get_workflow_handle(f"{handle.id}/agent-{i}", result_type=RunReport).result() for i in (1, 2)]
         facts = await collect(client, handle.id)
-    assert [(a.agent, a.tool_calls) for a in report.agents] == [(1, 2), (2, 2)]
-    tried = [a.config for r in reports for a in r.ledger if a.origin == "tuner"]
-    assert len(tried) == 2 and tried[0] != tried[1]  # each agent its own part of the space
+    assert [(a.agent, a.tool_calls) for a in report.agents] == [(1, 4), (2, 4)]
+    assert report.tool_calls == 9
+    tried = [json.dumps(a.config, sort_keys=True) for r in reports for a in r.ledger if a.origin == "tuner"]
+    assert len(tried) == len(set(tried)) == 4  # each agent its own part of the space
     best = max((r.best.speedup or 0 for r in reports if r.best), default=0)
     assert report.best is not None and (report.best.speedup or 0) >= best
     # the morning report has each agent's line
@@ -200,7 +206,7 @@ async def _islands_tuner(address, tmp_path):
     for a in report.agents:
         assert f"| {a.agent} | {a.workflow_id} | {a.tool_calls} |" in md
     # the evaluations per worker, the agents' with the run's: the start's profile and one per agent
-    assert sum(facts.evaluations_by_worker.values()) == 3 and len(facts.evaluations_by_worker) <= 2
+    assert sum(facts.evaluations_by_worker.values()) == 5 and len(facts.evaluations_by_worker) <= 2
     assert "| evaluations per worker |" in md
 
 

@@ -239,16 +239,32 @@ class KernelOptimization:
                                  + (f"{line.best_speedup:.3g}x" if line.best_speedup is not None else "none"))
             return line, rep
 
-        async def forward_controls() -> None:  # a stop or a hint given to the run reaches every agent
-            hints_sent = len(st.hints)
+        async def forward_controls() -> None:
+            """A stop, a hint, a pause or a resume given to the run reaches every agent; an extension is
+            split among the agents still going as the budget was."""
+            hints_sent, paused = len(st.hints), st.paused
+            calls, hours_budget, target = st.budget_tool_calls, st.budget_hours, st.target_speedup
             while True:
                 await workflow.wait_condition(lambda: len(self._agents_done) == n or bool(st.stop_requested)
-                                              or len(st.hints) > hints_sent)
+                                              or len(st.hints) > hints_sent or st.paused != paused
+                                              or (st.budget_tool_calls, st.budget_hours, st.target_speedup)
+                                              != (calls, hours_budget, target))
                 if len(self._agents_done) == n:
                     return
                 for h in st.hints[hints_sent:]:
                     await self._tell_agents(AgentNews(kind="hint", line=h))
                 hints_sent = len(st.hints)
+                if st.paused != paused:
+                    paused = st.paused
+                    await self._tell_agents(AgentNews(kind="pause" if paused else "resume"))
+                if (st.budget_tool_calls, st.budget_hours, st.target_speedup) != (calls, hours_budget, target):
+                    going = [i for i in range(1, n + 1) if i not in self._agents_done]
+                    more = st.budget_tool_calls - calls
+                    for k, i in enumerate(going):
+                        ext = Extension(hours=st.budget_hours - hours_budget, target_speedup=st.target_speedup,
+                                        tool_calls=more // len(going) + (1 if k < more % len(going) else 0))
+                        await self._tell_agents(AgentNews(kind="extend", extension=ext), only=i)
+                    calls, hours_budget, target = st.budget_tool_calls, st.budget_hours, st.target_speedup
                 if st.stop_requested:
                     await self._tell_agents(AgentNews(kind="stop", line=st.stop_requested))
                     return
@@ -271,9 +287,9 @@ class KernelOptimization:
             await self._notebook(f"the best kernel is agent {winner}'s attempt {st.best.attempt}")
         st.stop_reason = f"{n} agents finished: " + "; ".join(f"agent {x.agent}: {_short(x.status, 80)}" for x in st.agents)
 
-    async def _tell_agents(self, news: AgentNews) -> None:
+    async def _tell_agents(self, news: AgentNews, only: int | None = None) -> None:
         for i, handle in list(self._children.items()):
-            if i == news.agent or i in self._agents_done:
+            if i == news.agent or i in self._agents_done or (only is not None and i != only):
                 continue
             try:
                 await handle.signal(names.AGENT_NEWS_SIGNAL, news)
@@ -316,6 +332,10 @@ class KernelOptimization:
         elif news.kind == "hint":
             st.hints.append(news.line)
             st.pending_hints.append(news.line)
+        elif news.kind in ("pause", "resume"):
+            self._set_paused(news.kind == "pause")
+        elif news.kind == "extend" and news.extension is not None:
+            self._extend(news.extension)
 
     async def _take_shared(self) -> None:
         """Between turns: take over another agent's best when it beats this agent's own (it becomes the
@@ -1012,19 +1032,22 @@ class KernelOptimization:
 
     @workflow.update
     def pause(self) -> str:
-        st = self.state
-        if not st.paused:
-            st.paused, st.paused_since = True, workflow.now()
-        return f"paused after the current tool call ({st.tool_calls} done)"
+        self._set_paused(True)
+        return f"paused after the current tool call ({self.state.tool_calls} done)"
 
     @workflow.update
     def resume(self) -> str:
+        self._set_paused(False)
+        return "running"
+
+    def _set_paused(self, paused: bool) -> None:
         st = self.state
-        if st.paused:
+        if paused and not st.paused:
+            st.paused, st.paused_since = True, workflow.now()
+        elif not paused and st.paused:
             if st.paused_since is not None:
                 st.paused_s += (workflow.now() - st.paused_since).total_seconds()
             st.paused, st.paused_since = False, None
-        return "running"
 
     @workflow.update
     def hint(self, text: Any) -> str:
@@ -1042,13 +1065,15 @@ class KernelOptimization:
 
     @workflow.update
     def extend(self, ext: Any) -> RunStatus:
-        ext = _parse_update(Extension, ext, "extend")
+        self._extend(_parse_update(Extension, ext, "extend"))
+        return self._status()
+
+    def _extend(self, ext: Extension) -> None:
         st = self.state
         st.budget_hours += ext.hours
         st.budget_tool_calls += ext.tool_calls
         if ext.target_speedup is not None:
             st.target_speedup = ext.target_speedup
-        return self._status()
 
     @extend.validator
     def _validate_extend(self, ext: Any) -> None:

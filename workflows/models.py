@@ -292,11 +292,19 @@ class RunState(BaseModel):
         return self.attempts[n] if 0 <= n < len(self.attempts) else None
 
 
+class Extension(_Input):
+    """An `extend` update's payload: it adds to the budgets, never takes away."""
+    hours: float = Field(default=0.0, ge=0)
+    tool_calls: int = Field(default=0, ge=0)
+    target_speedup: float | None = Field(default=None, gt=0)
+
+
 class AgentNews(BaseModel):
     """What an agent tells the run (and the run its other agents): a new best kernel, a failure worth not
-    repeating, or (from the run) a stop or a hint."""
+    repeating, or (from the run) a stop, a hint, a pause, a resume or an extension (its share)."""
     agent: int = 0  # 0: the run itself
-    kind: Literal["best", "failure", "stop", "hint"]
+    kind: Literal["best", "failure", "stop", "hint", "pause", "resume", "extend"]
+    extension: Extension | None = None
     line: str = ""
     source: SourceRef | None = None
     verdict: Verdict | None = None
@@ -319,13 +327,6 @@ class AgentLine(BaseModel):
 # ---------------------------------------------------------------------------------- control/report
 RunState.model_rebuild()
 RunSpec.model_rebuild()
-
-
-class Extension(_Input):
-    """An `extend` update's payload: it adds to the budgets, never takes away."""
-    hours: float = Field(default=0.0, ge=0)
-    tool_calls: int = Field(default=0, ge=0)
-    target_speedup: float | None = Field(default=None, gt=0)
 
 
 class Fault(BaseModel):
