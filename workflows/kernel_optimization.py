@@ -216,7 +216,11 @@ class KernelOptimization:
                              budget_tool_calls=share, target_speedup=st.target_speedup,
                              attempts=[a.model_copy(deep=True) for a in st.attempts], current=st.current,
                              current_source=st.current_source, best=st.best, memory=st.memory,
-                             recent=list(st.recent), hints=list(st.hints), tuner=st.tuner.model_copy(deep=True))
+                             recent=list(st.recent) + ([{"role": "user", "content": (
+                                 f"You are agent {i} of {n} working on this problem at once, each with its own "
+                                 f"{share} tool calls: try a direction of your own. A faster kernel another agent "
+                                 f"finds will be handed to you, and so will its failures.")}] if st.policy == "llm" else []),
+                             hints=list(st.hints), tuner=st.tuner.model_copy(deep=True))
             child = spec.model_copy(update={
                 "agents": 1, "agent": AgentRole(index=i, of=n), "carry": carry,
                 "budgets": spec.budgets.model_copy(update={"hours": hours, "max_tool_calls": share}),
