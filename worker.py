@@ -118,9 +118,12 @@ async def _serve(args: argparse.Namespace, control: bool, gpu: bool) -> None:
     client = await connect(args.address, args.namespace)
     if gpu:  # a judge started ahead of each evaluation (MARATHON_WARM_JUDGES=0: started on demand)
         JUDGES.keep_warm(0 if os.environ.get("MARATHON_WARM_JUDGES", "1").strip() in ("0", "") else 1)
+    identity = None
+    if gpu and not control and "CUDA_VISIBLE_DEVICES" in os.environ:  # a report counts evaluations per GPU by it
+        identity = f"{os.getpid()}@{socket.gethostname()}/gpu{os.environ['CUDA_VISIBLE_DEVICES']}"
     ws = build_workers(client, control=control, gpu=gpu, task_queue=args.task_queue,
                        gpu_task_queue=args.gpu_task_queue, store=ArtifactStore(args.artifacts),
-                       max_concurrent=args.max_concurrent)
+                       max_concurrent=args.max_concurrent, identity=identity)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: asyncio.ensure_future(ws.shutdown()))

@@ -73,6 +73,10 @@ def _add_spec_flags(run, problem: str = "one") -> None:
     run.add_argument("--parallel", type=_number(int, 1, 64), default=1,
                      help="tuner: configurations profiled at once, one per GPU worker (`marathon dev --gpus auto` "
                           "starts one per GPU; an embedded run has one); a suite: problems run at once")
+    run.add_argument("--agents", type=_number(int, 1, 64), default=1,
+                     help="islands: this many agents as child workflows of the run, each with its own context and "
+                          "a share of the tool calls, sharing the best kernel and the failures (the tuner splits "
+                          "its space among them)")
     run.add_argument("--no-sweep-check", action="store_true",
                      help="do not test the best kernel on the problem's sweep shapes after the run (a CUDA run does)")
     run.add_argument("--hint", action="append", default=[], help="a hint for the model (repeatable)")
@@ -136,4 +140,4 @@ def _spec_from_args(args: argparse.Namespace):
                                      timeout_s=args.timeout, parallel=args.parallel,
                                      sweep_best=not args.no_sweep_check),
                    hints=list(args.hint), compact_every=args.compact_every, context_budget=args.context_budget,
-                   gpu_task_queue=args.gpu_task_queue)
+                   gpu_task_queue=args.gpu_task_queue, agents=args.agents)

@@ -64,6 +64,37 @@ async def _follow(client, workflow_id: str, out, stop) -> None:
         await _pause(stop, 2.0)
 
 
+async def _fit_parallel(client, spec, embedded: bool, out):
+    """--parallel above the evaluation workers there are cannot run faster: say so and use what there is.
+    An embedded run has one; on a server, the distinct pollers of the GPU queue (none yet: workers may
+    still be starting, so the number stands)."""
+    want = spec.eval.parallel
+    if want <= 1:
+        return spec
+    if embedded:
+        have = 1
+    else:
+        from temporalio.api.enums.v1 import TaskQueueType
+        from temporalio.api.taskqueue.v1 import TaskQueue
+        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+        try:
+            resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+                namespace=client.namespace, task_queue=TaskQueue(name=spec.gpu_task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY))
+            have = len({p.identity for p in resp.pollers})
+        except Exception as exc:  # an older server: the number stands
+            print(f"cannot count the evaluation workers ({why(exc)}); --parallel {want} stands", file=out)
+            return spec
+        if have == 0:
+            print(f"no evaluation worker polls {spec.gpu_task_queue} yet; --parallel {want} stands", file=out)
+            return spec
+    if want <= have:
+        return spec
+    print(f"--parallel {want} reduced to {have}: {have} evaluation worker{'s' if have != 1 else ''} "
+          f"serve{'s' if have == 1 else ''} {spec.gpu_task_queue}", file=out, flush=True)
+    return spec.model_copy(update={"eval": spec.eval.model_copy(update={"parallel": have})})
+
+
 async def _run_async(args: argparse.Namespace, spec) -> int:
     import asyncio
     import contextlib
@@ -95,6 +126,7 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
         except RuntimeError as exc:
             print(f"marathon run: cannot reach the Temporal server at {address}: {why(exc)}", file=sys.stderr)
             return 2
+        spec = await _fit_parallel(client, spec, args.address is None, out)
         workers = None
         if args.address is None:
             workers = worker.build_workers(client, task_queue=args.task_queue, gpu_task_queue=args.gpu_task_queue,

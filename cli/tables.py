@@ -53,6 +53,11 @@ def run_report_table(rep) -> str:
             sw = rep.best_sweep
             lines.append("  sweep shapes (correctness): " + ("correct on every shape" if sw.status == "ok"
                                                              else f"{sw.status}: {sw.reason}"))
+    if rep.agents:
+        lines += ["", "  agents:"]
+        for a in rep.agents:
+            sp = f"{a.best_speedup:.3f}x (attempt {a.best_attempt})" if a.best_speedup is not None else "no best"
+            lines.append(f"  {a.agent:>5} {a.tool_calls:>4} tool calls  {sp:<24} {a.status}  [{a.workflow_id}]")
     tried = [a for a in rep.ledger if a.evals]
     if tried:
         lines += ["", "  attempts:"]

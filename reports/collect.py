@@ -20,7 +20,7 @@ from activities.artifacts import ArtifactStore
 from compaction.text import one_line
 from kernels.evaluator.verdict import Verdict
 from workflows import names
-from workflows.models import Attempt, BestReport, EvalResult, RunReport, RunSetup, RunSpec, RunStatus
+from workflows.models import AgentLine, Attempt, BestReport, EvalResult, RunReport, RunSetup, RunSpec, RunStatus
 
 QUERY_TIMEOUT_S = 20.0
 
@@ -107,6 +107,9 @@ class RunFacts(BaseModel):
     faults: list[TimedEvent] = Field(default_factory=list)
     notebook: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    agents: list[AgentLine] = Field(default_factory=list)  # islands: one line per agent (a finished run's)
+    # evaluations completed by each evaluation worker ("pid@host/gpuN" for one serving one GPU), the agents' too
+    evaluations_by_worker: dict[str, int] = Field(default_factory=dict)
 
     @property
     def best_verdict(self) -> Verdict | None:
@@ -170,6 +173,7 @@ class _HistoryFacts(BaseModel):
     faults: list[tuple[datetime, str]] = Field(default_factory=list)
     notebook: list[str] = Field(default_factory=list)  # the notebook activity's summaries
     result: RunReport | None = None
+    eval_workers: dict[str, int] = Field(default_factory=dict)  # evaluations completed, by the worker that ran them
 
 
 def _sweep_check(inp: dict, spec: RunSpec | None) -> bool:
@@ -183,6 +187,7 @@ def _read_histories(segments: list[tuple[str, Any]]) -> _HistoryFacts:
     facts = _HistoryFacts()
     for _, history in segments:
         scheduled: dict[int, tuple[str, Any]] = {}
+        started_by: dict[int, str] = {}
         for ev in history.events:
             if ev.HasField("workflow_execution_started_event_attributes") and facts.spec is None:
                 raw = _payload(ev.workflow_execution_started_event_attributes.input)
@@ -195,6 +200,7 @@ def _read_histories(segments: list[tuple[str, Any]]) -> _HistoryFacts:
                 scheduled[ev.event_id] = (a.activity_type.name, _payload(a.input))
             elif ev.HasField("activity_task_started_event_attributes"):
                 a = ev.activity_task_started_event_attributes
+                started_by[a.scheduled_event_id] = a.identity
                 if a.attempt > 1:
                     name = scheduled.get(a.scheduled_event_id, ("?", None))[0]
                     why = one_line(a.last_failure.message, 200) if a.HasField("last_failure") else ""
@@ -202,6 +208,9 @@ def _read_histories(segments: list[tuple[str, Any]]) -> _HistoryFacts:
             elif ev.HasField("activity_task_completed_event_attributes"):
                 a = ev.activity_task_completed_event_attributes
                 name, inp = scheduled.get(a.scheduled_event_id, ("?", None))
+                if name in names.EVAL_TOOLS:
+                    who = started_by.get(a.scheduled_event_id) or "?"
+                    facts.eval_workers[who] = facts.eval_workers.get(who, 0) + 1
                 if name in names.EVAL_TOOLS and isinstance(inp, dict) and not _sweep_check(inp, facts.spec):
                     facts.evals.append((_when(ev), int(inp.get("attempt", -1)),
                                         EvalResult.model_validate(_payload(a.result))))
@@ -288,7 +297,9 @@ async def collect(client: Client, workflow_id: str, store: ArtifactStore | None 
         attempts, best = rep.ledger, rep.best
         policy, stop_reason, tool_calls = rep.policy, rep.stop_reason, rep.tool_calls
         compactions_count, notes = rep.compactions, rep.notes
+        agents = rep.agents
     else:
+        agents = []
         status, attempts, best = await _queries(client, workflow_id)
         policy, stop_reason, tool_calls = status.policy, status.stop_reason or "", status.tool_calls
         compactions_count, notes = status.compactions, []
@@ -337,6 +348,14 @@ async def collect(client: Client, workflow_id: str, store: ArtifactStore | None 
         notebook = hist.notebook or (status.notebook if status else [])
 
     hours = (_hours(started_at, ended_at or now) if hist.result is None else hist.result.hours)
+    by_worker = dict(hist.eval_workers)
+    for line in agents:  # each agent's evaluations are in its own history
+        try:
+            child = await client.get_workflow_handle(line.workflow_id).describe()
+            for who, k in _read_histories(await _segments(client, line.workflow_id, child.run_id)).eval_workers.items():
+                by_worker[who] = by_worker.get(who, 0) + k
+        except RPCError:  # an agent's history gone (retention): its evaluations are not counted
+            pass
     return RunFacts(
         workflow_id=workflow_id, run_ids=[r for r, _ in segments], problem=spec.problem if spec else "?",
         problem_source=spec.problem_source if spec else None, policy=policy, temporal_status=status_name,
@@ -362,4 +381,5 @@ async def collect(client: Client, workflow_id: str, store: ArtifactStore | None 
         faults=[TimedEvent(hours=_hours(started_at, t), what=w) for t, w in hist.faults],
         best_sweep=(f"{hist.result.best_sweep.status}: {one_line(hist.result.best_sweep.reason, 300)}"
                     if hist.result is not None and hist.result.best_sweep else None),
-        notebook=notebook, notes=notes)
+        notebook=notebook, notes=notes, agents=agents,
+        evaluations_by_worker=dict(sorted(by_worker.items())))

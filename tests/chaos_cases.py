@@ -30,14 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import WorkflowHandle
 
 import worker as worker_module
 from serving.dev_server import DevServer, free_port
 from activities.artifacts import ArtifactStore, sha256_text
 from fake_openai import FakeOpenAI, Reply, completion, error
-from marathon_support import mla_variant, spawn_worker, start, stop_process
+from marathon_support import mla_variant, spawn_worker, start, stop_process, wait_running
 from workflows import names
 from workflows.models import Budgets, EvalSettings, ModelSettings, RunReport, RunSpec, RunStatus, ToolCallRecord
 
@@ -158,20 +157,6 @@ def _script(case: str, cluster: Cluster, fake_ref: list[FakeOpenAI], in_flight: 
     return script
 
 
-async def _wait_running(handle: WorkflowHandle, activity: str, deadline_s: float = 120.0) -> None:
-    deadline = time.monotonic() + deadline_s
-    while True:
-        assert time.monotonic() < deadline, f"{activity} never started"
-        try:
-            desc = await handle.describe()
-            if any(p.activity_type.name == activity and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
-                   for p in desc.raw_description.pending_activities):
-                return
-        except Exception:
-            pass
-        await asyncio.sleep(0.2)
-
-
 async def _current_details(handle: WorkflowHandle) -> str:
     from temporalio.api.sdk.v1 import WorkflowMetadata
     meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
@@ -243,7 +228,7 @@ async def run_case(case: str, tmp: Path, timeout_s: float = 240.0) -> Outcome:
                 restart_at = time.time()
                 cluster.start_control()
             elif case in ("eval-worker", "server", "all", "state-dir-move"):
-                await _wait_running(handle, names.TEST_KERNEL)
+                await wait_running(handle, names.TEST_KERNEL)
                 await asyncio.sleep(1.0)  # well inside the evaluation
                 victims = {"eval-worker": ["evaluator"], "server": ["server"]}.get(
                     case, ["server", "control", "evaluator"])

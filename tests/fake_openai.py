@@ -56,14 +56,19 @@ class Seen:
     request: dict
     size: int
     at: float
+    key: str = ""  # the whole X-Marathon-Turn header: "<workflow id>/<turn>"
 
 
 class FakeOpenAI:
-    def __init__(self, script: Callable[[int, int, dict], Reply], keep_requests: bool = True) -> None:
+    def __init__(self, script: Callable[[Any, int, dict], Reply], keep_requests: bool = True,
+                 keyed: bool = False) -> None:
+        """keyed: the script gets the whole turn key ("<workflow id>/<turn>") instead of the turn number,
+        and deliveries count per key: several workflows (a run's agents) share one endpoint."""
         self.script = script
         self.keep_requests = keep_requests
+        self.keyed = keyed
         self.seen: list[Seen] = []
-        self.deliveries: dict[int, int] = {}
+        self.deliveries: dict[Any, int] = {}
         self.lock = threading.Lock()
         fake = self
 
@@ -84,12 +89,14 @@ class FakeOpenAI:
                     turn = int(header.rsplit("/", 1)[-1])
                 except ValueError:
                     turn = -1
+                which = header if fake.keyed else turn
                 with fake.lock:  # turn -1: a request without the header (e.g. a compaction summary)
-                    delivery = fake.deliveries.get(turn, 0) + 1
-                    fake.deliveries[turn] = delivery
-                    fake.seen.append(Seen(turn, delivery, request if fake.keep_requests else {}, len(raw), time.time()))
+                    delivery = fake.deliveries.get(which, 0) + 1
+                    fake.deliveries[which] = delivery
+                    fake.seen.append(Seen(turn, delivery, request if fake.keep_requests else {}, len(raw), time.time(),
+                                          header))
                 try:
-                    reply = fake.script(turn, delivery, request)
+                    reply = fake.script(which, delivery, request)
                 except Exception as exc:  # a broken script answers 599 so the test sees it
                     reply = Reply(status=599, body={"error": {"message": f"script failed: {exc!r}"}})
                 if reply.delay_s:

@@ -6,6 +6,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -93,6 +94,24 @@ async def workers(address: str, task_queue: str, gpu_task_queue: str, store_dir:
 async def start(client: Client, spec: RunSpec, task_queue: str, workflow_id: str | None = None) -> WorkflowHandle:
     return await client.start_workflow(names.WORKFLOW_TYPE, spec, id=workflow_id or f"wf-{uuid.uuid4().hex[:10]}",
                                        task_queue=task_queue, result_type=RunReport)
+
+
+async def wait_running(handle: WorkflowHandle, activity: str, deadline_s: float = 120.0) -> Any:
+    """Wait until an attempt of `activity` is running on a worker (the workflow may not exist yet); returns
+    its pending-activity description (e.g. `last_worker_identity`: the worker's "pid@host")."""
+    from temporalio.api.enums.v1 import PendingActivityState
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        assert time.monotonic() < deadline, f"{activity} never started"
+        try:
+            desc = await handle.describe()
+            for p in desc.raw_description.pending_activities:
+                if p.activity_type.name == activity and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
+                    return p
+        except Exception:
+            pass
+        await asyncio.sleep(0.2)
 
 
 async def segments(client: Client, workflow_id: str, first_run_id: str) -> list[dict]:

@@ -20,13 +20,15 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*_segment*.json")
 
 def test_histories_are_recorded():
     names = {p.name for p in HISTORIES}
-    assert {"llm_segment0.json", "llm_segment1.json", "tuner_segment0.json", "tuner_parallel_segment0.json"} <= names
+    assert {"llm_segment0.json", "llm_segment1.json", "tuner_segment0.json", "tuner_parallel_segment0.json",
+            "islands_segment0.json", "islands_agent1_segment0.json", "islands_agent2_segment0.json"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 def test_replay(path):
     raw = json.loads(path.read_text())
-    history = WorkflowHistory.from_json(f"replay-{path.stem}", raw)
+    # the id it was recorded under (record.py): a run's commands name it, e.g. its agents' child workflow ids
+    history = WorkflowHistory.from_json("replay-" + path.stem.rsplit("_segment", 1)[0].replace("_", "-"), raw)
     types = {e.get("eventType") for e in raw["events"]}
     assert "EVENT_TYPE_ACTIVITY_TASK_COMPLETED" in types
     replayer = Replayer(workflows=[KernelOptimization], data_converter=pydantic_data_converter)

@@ -14,6 +14,7 @@ across continue-as-new, so the event history is the run's log and crash recovery
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import math
 from datetime import timedelta
@@ -21,7 +22,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ValidationError
@@ -35,7 +36,8 @@ with workflow.unsafe.imports_passed_through():
     from compaction.text import one_line
     from kernels.problems.tunables import TunablesError, with_config
     from workflows import names
-    from workflows.models import (AgentTurnInput, AgentTurnResult, Attempt, BestKernel, BestReport,
+    from workflows.models import (AgentLine, AgentNews, AgentRole, AgentTurnInput, AgentTurnResult, Attempt,
+                                  BestKernel, BestReport, EvalDigest,
                                   EditInput, EvalInput, EvalResult, Extension, Fault, ListInput, NotebookEntry,
                                   describe_invalid,
                                   NoteInput, PrepareInput, RunReport, RunSetup, RunSpec, RunState, RunStatus,
@@ -91,6 +93,20 @@ def _text_arg(raw: Any, name: str, limit: int) -> str:
     return raw
 
 
+def _geomean_latency(verdict: Any) -> float | None:
+    lat = [r.latency_us for r in verdict.shapes if r.latency_us] if verdict is not None else []
+    return round(math.exp(sum(math.log(x) for x in lat) / len(lat)), 3) if lat else None
+
+
+def _beats(speedup: float | None, latency: float | None, cur_speedup: float | None, cur_latency: float | None) -> bool:
+    """The workflow's yardstick for a best kernel: higher speedup wins, or lower latency without baselines."""
+    if speedup is not None and cur_speedup is not None:
+        return speedup > cur_speedup
+    if cur_speedup is None and cur_latency is None:
+        return speedup is not None or latency is not None
+    return cur_latency is not None and latency is not None and latency < cur_latency
+
+
 MAX_HINT_CHARS = 8000  # a hint lives in the history and in every later prompt
 MAX_STOP_REASON_CHARS = 500
 
@@ -111,6 +127,9 @@ class KernelOptimization:
         self.fault: Fault | None = None  # an activity failing now, retried by Temporal (FAULT_SIGNAL)
         self.turns_this_segment = 0
         self._search_attributes_at = -1
+        self._outbox: list[AgentNews] = []  # an agent's news for the run, sent after the tool call that made it
+        self._children: dict[int, Any] = {}  # islands, in the run: agent -> its child workflow handle
+        self._agents_done: set[int] = set()
 
     # ------------------------------------------------------------------------------------ run
     @workflow.run
@@ -119,6 +138,8 @@ class KernelOptimization:
         if st.setup is None:
             await self._start()
         self._upsert_search_attributes(force=True)
+        if self.spec.agents > 1 and not st.stop_reason and not st.agents:
+            await self._islands()
         while True:
             await self._wait_if_paused()
             reason = self._finished()
@@ -133,7 +154,7 @@ class KernelOptimization:
                 await self._tuner_step()
             st.turns += 1
             self.turns_this_segment += 1
-        if st.policy == "tuner" and st.window:
+        if st.policy == "tuner" and st.window and not st.agents:
             await self._compact()  # the tuner's memory: what it tried, what won
         if workflow.patched(names.PATCH_SWEEP_BEST):
             await self._sweep_best()
@@ -173,6 +194,185 @@ class KernelOptimization:
         verdict = "correct on every sweep shape" if res.digest.status == "ok" else (
             f"{res.digest.status}: {_short(res.digest.reason, 200)}")
         await self._notebook(f"sweep check of the best (attempt {b.attempt}): {verdict}")
+
+    # ------------------------------------------------------------------------------ islands
+    async def _islands(self) -> None:
+        """Run `agents` agents as child workflows, each from this run's profiled start, with its own context
+        and memory and an even share of the tool calls left; their news (a new best, a failure) comes
+        here as a signal and goes on to the others. The children are durable as this run is: a dead worker
+        replays them, and their results land in this run's history."""
+        st, spec = self.state, self.spec
+        n = spec.agents
+        left = st.budget_tool_calls - st.tool_calls
+        hours = max(st.budget_hours - self._hours_used(), 1e-6)
+        wid = workflow.info().workflow_id
+        self.step = f"running {n} agents"
+        await self._notebook(f"islands: {n} agents as child workflows sharing {left} tool calls, the best kernel "
+                             f"and the failures worth not repeating")
+
+        async def agent(i: int) -> tuple[AgentLine, RunReport | None]:
+            share = left // n + (1 if i <= left % n else 0)
+            carry = RunState(setup=st.setup, policy=st.policy, started_at=workflow.now(), budget_hours=hours,
+                             budget_tool_calls=share, target_speedup=st.target_speedup,
+                             attempts=[a.model_copy(deep=True) for a in st.attempts], current=st.current,
+                             current_source=st.current_source, best=st.best, memory=st.memory,
+                             recent=list(st.recent) + ([{"role": "user", "content": (
+                                 f"You are agent {i} of {n} working on this problem at once, each with its own "
+                                 f"{share} tool calls: try a direction of your own. A faster kernel another agent "
+                                 f"finds will be handed to you, and so will its failures.")}] if st.policy == "llm" else []),
+                             hints=list(st.hints), tuner=st.tuner.model_copy(deep=True))
+            child = spec.model_copy(update={
+                "agents": 1, "agent": AgentRole(index=i, of=n), "carry": carry,
+                "budgets": spec.budgets.model_copy(update={"hours": hours, "max_tool_calls": share}),
+                "eval": spec.eval.model_copy(update={"sweep_best": False})})  # the run checks its best once
+            cid = f"{wid}/agent-{i}"
+            try:
+                handle = await workflow.start_child_workflow(names.WORKFLOW_TYPE, child, id=cid, result_type=RunReport,
+                                                             static_summary=f"agent {i} of {n} in {wid}")
+                self._children[i] = handle
+                rep: RunReport = await handle
+            except ChildWorkflowError as err:
+                self._agents_done.add(i)
+                return AgentLine(agent=i, workflow_id=cid, status=f"failed: {_short(str(err.cause or err), 200)}"), None
+            self._agents_done.add(i)
+            line = AgentLine(agent=i, workflow_id=cid, status=rep.stop_reason, tool_calls=rep.tool_calls,
+                             attempts=rep.attempts, best_speedup=rep.best.speedup if rep.best else None,
+                             best_attempt=rep.best.attempt if rep.best else None,
+                             shared_taken=sum(1 for a in rep.ledger if a.origin == "shared"))
+            await self._notebook(f"agent {i}: {line.status}; {line.tool_calls} tool calls, best "
+                                 + (f"{line.best_speedup:.3g}x" if line.best_speedup is not None else "none"))
+            return line, rep
+
+        async def forward_controls() -> None:
+            """A stop, a hint, a pause or a resume given to the run reaches every agent; an extension is
+            split among the agents still going as the budget was."""
+            hints_sent, paused = len(st.hints), st.paused
+            calls, hours_budget, target = st.budget_tool_calls, st.budget_hours, st.target_speedup
+            while True:
+                await workflow.wait_condition(lambda: len(self._agents_done) == n or bool(st.stop_requested)
+                                              or len(st.hints) > hints_sent or st.paused != paused
+                                              or (st.budget_tool_calls, st.budget_hours, st.target_speedup)
+                                              != (calls, hours_budget, target))
+                if len(self._agents_done) == n:
+                    return
+                for h in st.hints[hints_sent:]:
+                    await self._tell_agents(AgentNews(kind="hint", line=h))
+                hints_sent = len(st.hints)
+                if st.paused != paused:
+                    paused = st.paused
+                    await self._tell_agents(AgentNews(kind="pause" if paused else "resume"))
+                if (st.budget_tool_calls, st.budget_hours, st.target_speedup) != (calls, hours_budget, target):
+                    going = [i for i in range(1, n + 1) if i not in self._agents_done]
+                    more = st.budget_tool_calls - calls
+                    for k, i in enumerate(going):
+                        ext = Extension(hours=st.budget_hours - hours_budget, target_speedup=st.target_speedup,
+                                        tool_calls=more // len(going) + (1 if k < more % len(going) else 0))
+                        await self._tell_agents(AgentNews(kind="extend", extension=ext), only=i)
+                    calls, hours_budget, target = st.budget_tool_calls, st.budget_hours, st.target_speedup
+                if st.stop_requested:
+                    await self._tell_agents(AgentNews(kind="stop", line=st.stop_requested))
+                    return
+
+        results = await asyncio.gather(forward_controls(), *(agent(i) for i in range(1, n + 1)))
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        lines_reports: list[tuple[AgentLine, RunReport | None]] = list(results[1:])
+        st.agents = [line for line, _ in lines_reports]
+        st.tool_calls += sum(line.tool_calls for line in st.agents)
+        st.turns += sum(r.turns for _, r in lines_reports if r is not None)
+        winner = None
+        for line, r in lines_reports:
+            if r is not None and r.best is not None and _beats(r.best.speedup, _geomean_latency(r.best.verdict),
+                                                               st.best.speedup if st.best else None,
+                                                               self._best_latency() if st.best else None):
+                st.best = BestKernel(attempt=r.best.attempt, source=SourceRef(sha256=r.best.sha256, text=r.best.source),
+                                     verdict=r.best.verdict, speedup=r.best.speedup)
+                winner = line.agent
+        if winner is not None:
+            await self._notebook(f"the best kernel is agent {winner}'s attempt {st.best.attempt}")
+        st.stop_reason = f"{n} agents finished: " + "; ".join(f"agent {x.agent}: {_short(x.status, 80)}" for x in st.agents)
+
+    async def _tell_agents(self, news: AgentNews, only: int | None = None) -> None:
+        for i, handle in list(self._children.items()):
+            if i == news.agent or i in self._agents_done or (only is not None and i != only):
+                continue
+            try:
+                await handle.signal(names.AGENT_NEWS_SIGNAL, news)
+            except Exception:  # the agent finished meanwhile: it needs no news
+                pass
+
+    async def _tell_run(self) -> None:
+        """An agent's news to its run, after the tool call that made it."""
+        parent = workflow.info().parent
+        news, self._outbox = self._outbox, []
+        if parent is None or self.spec.agent is None:
+            return
+        for item in news:
+            try:
+                await workflow.get_external_workflow_handle(parent.workflow_id).signal(names.AGENT_NEWS_SIGNAL, item)
+            except Exception:  # the run is gone (terminated): the agent goes on alone
+                pass
+
+    @workflow.signal(name=names.AGENT_NEWS_SIGNAL)
+    async def agent_news(self, raw: Any) -> None:
+        try:
+            news = AgentNews.model_validate(raw)
+        except ValidationError:
+            return
+        st = self.state
+        if self.spec.agent is None:  # the run: note it and pass it on
+            if news.kind in ("best", "failure"):
+                await self._notebook(f"agent {news.agent}: {_short(news.line, 200)}")
+                await self._tell_agents(news)
+            return
+        if news.kind == "best":
+            cur = st.shared_best
+            if cur is None or _beats(news.speedup, _geomean_latency(news.verdict), cur.speedup,
+                                     _geomean_latency(cur.verdict)):
+                st.shared_best = news
+        elif news.kind == "failure":
+            st.shared_failures = (st.shared_failures + [_short(news.line, 300)])[-20:]
+        elif news.kind == "stop":
+            st.stop_requested = st.stop_requested or news.line or "the run was asked to stop"
+        elif news.kind == "hint":
+            st.hints.append(news.line)
+            st.pending_hints.append(news.line)
+        elif news.kind in ("pause", "resume"):
+            self._set_paused(news.kind == "pause")
+        elif news.kind == "extend" and news.extension is not None:
+            self._extend(news.extension)
+
+    async def _take_shared(self) -> None:
+        """Between turns: take over another agent's best when it beats this agent's own (it becomes the
+        current candidate and the best, so the next edit starts from it), and show the model the failures
+        the others found."""
+        st = self.state
+        news, st.shared_best = st.shared_best, None
+        if news is not None and news.source is not None and news.verdict is not None and _beats(
+                news.speedup, _geomean_latency(news.verdict), st.best.speedup if st.best else None,
+                self._best_latency() if st.best else None):
+            n = len(st.attempts)
+            digest = EvalDigest(tool=names.PROFILE_KERNEL, mode="full", status=news.verdict.status,
+                                reason=_short(news.verdict.reason, 300), speedup=news.speedup,
+                                latency_us=_geomean_latency(news.verdict), tool_call=st.tool_calls)
+            st.attempts.append(Attempt(n=n, origin="shared", sha256=news.source.sha256, lines=news.source.lines,
+                                       config=news.config, evals=[digest], tool_call=st.tool_calls))
+            st.best = BestKernel(attempt=n, source=news.source, verdict=news.verdict, speedup=news.speedup,
+                                 tool_call=st.tool_calls)
+            sp = f" at {news.speedup:.3g}x" if news.speedup is not None else ""
+            if st.policy == "llm":
+                st.current, st.current_source = n, news.source
+                st.recent.append({"role": "user", "content": (
+                    f"Agent {news.agent} found a faster kernel{sp}. It is now attempt {n}, your current candidate and "
+                    f"your best: edit_kernel works on it and show_kernel() shows it.")})
+            elif news.config is not None and all(t.key != config_key(news.config) for t in st.tuner.trials):
+                st.tuner.trials.append(TunerTrial(key=config_key(news.config), config=news.config, attempt=n,
+                                                  status="ok", speedup=news.speedup,
+                                                  latency_us=_geomean_latency(news.verdict)))
+            await self._notebook(f"took over agent {news.agent}'s best{sp} as attempt {n}")
+        if st.shared_failures and st.policy == "llm":
+            st.recent.append({"role": "user", "content": "Other agents found these failures; do not repeat them:\n"
+                                                         + "\n".join(f"- {x}" for x in st.shared_failures)})
+        st.shared_failures = []
 
     async def _wait_if_paused(self) -> None:
         """A pause takes effect between tool calls: the one running finishes, the next waits for resume."""
@@ -326,10 +526,7 @@ class KernelOptimization:
 
     def _best_latency(self) -> float | None:
         b = self.state.best
-        if b is None:
-            return None
-        lat = [r.latency_us for r in b.verdict.shapes if r.latency_us]
-        return round(math.exp(sum(math.log(x) for x in lat) / len(lat)), 3) if lat else None
+        return _geomean_latency(b.verdict) if b is not None else None
 
     def _memory_best(self) -> MemoryBest | None:
         b = self.state.best
@@ -372,6 +569,8 @@ class KernelOptimization:
 
     async def _llm_turn(self) -> None:
         st, spec = self.state, self.spec
+        if spec.agent is not None:
+            await self._take_shared()
         if st.pending_hints:
             st.recent.append({"role": "user", "content": "Hint from the user: " + "\n".join(st.pending_hints)})
             st.pending_hints = []
@@ -432,21 +631,45 @@ class KernelOptimization:
             return
         st.idle_turns = 0
         thought = _short(msg.get("content") or "", 300)
-        for call in calls:
-            fn = call.get("function") or {}
+        width = spec.eval.parallel
+        i = 0
+        while i < len(calls):
+            j = i
+            while j < len(calls) and (calls[j].get("function") or {}).get("name") in names.EVAL_TOOLS:
+                j += 1
+            if j - i > 1 and width > 1 and workflow.patched(names.PATCH_CONCURRENT_EVALS):
+                # evaluations of one reply judge the same candidate: `width` at a time, one per GPU worker;
+                # numbered and answered in the reply's order
+                await self._wait_if_paused()
+                for k in range(i, j, width):
+                    group = calls[k:min(j, k + width)]
+                    texts = await asyncio.gather(*(self._reply_call(c, thought, wait=False) for c in group))
+                    for call, text in zip(group, texts):
+                        st.recent.append({"role": "tool", "tool_call_id": call.get("id") or "", "content": text})
+                i = j
+                continue
+            text = await self._reply_call(calls[i], thought)
+            st.recent.append({"role": "tool", "tool_call_id": calls[i].get("id") or "", "content": text})
+            i += 1
+
+    async def _reply_call(self, call: dict[str, Any], thought: str, wait: bool = True) -> str:
+        """One tool call of the model's reply, unless the run has finished meanwhile."""
+        fn = call.get("function") or {}
+        if wait:
             await self._wait_if_paused()
-            reason = self._finished()
-            if reason:
-                text = f"not run: {reason}"
-            else:
-                text = await self._tool(fn.get("name") or "", fn.get("arguments"), call_id=call.get("id") or "",
-                                        thought=thought)
-            st.recent.append({"role": "tool", "tool_call_id": call.get("id") or "", "content": text})
+        reason = self._finished()
+        if reason:
+            return f"not run: {reason}"
+        return await self._tool(fn.get("name") or "", fn.get("arguments"), call_id=call.get("id") or "",
+                                thought=thought)
 
     # ------------------------------------------------------------------------------ tuner
     async def _tuner_step(self) -> None:
         st = self.state
         setup = st.setup
+        role = self.spec.agent
+        if role is not None:
+            await self._take_shared()
         if self.spec.compact_every and st.calls_since_compaction >= self.spec.compact_every:
             await self._compact()  # the tuner's memory (deterministic): what it tried, what won
         if not setup.tunables or setup.config is None:
@@ -461,7 +684,8 @@ class KernelOptimization:
         # write up to `parallel` untried configurations, then profile them at once (one per GPU worker)
         written: list[tuple[TunerTrial, int, str, int, SourceRef]] = []  # trial, its number, thought, attempt, source
         while len(written) < self.spec.eval.parallel and st.budget_tool_calls - st.tool_calls >= 2:
-            cfg = next_config(setup.tunables, st.tuner.trials, setup.config)
+            cfg = next_config(setup.tunables, st.tuner.trials, setup.config,
+                              share=(role.index - 1, role.of) if role is not None else None)
             if cfg is None:
                 st.tuner.exhausted = not written
                 break
@@ -515,6 +739,8 @@ class KernelOptimization:
             try:
                 text, ok, attempt = await self._run_tool(name, args, seq, thought, origin, target)
                 await self._recovered(name)
+                if self._outbox:
+                    await self._tell_run()
             except ActivityError as err:
                 self._fault_over(name)
                 cause = err.cause or err
@@ -524,8 +750,10 @@ class KernelOptimization:
                 if workflow.patched(names.PATCH_FAULT_REPORTS):
                     await self._notebook(f"tool call {seq} ({name}) failed: {_short(str(cause), 300)}")
         st.calls_since_compaction += 1
-        st.ledger.append(ToolCallRecord(seq=seq, tool=name, call_id=call_id, attempt=attempt, ok=ok,
-                                        summary=_short(text.splitlines()[0] if text else "")))
+        # in seq order, also when calls in flight together finish out of order
+        bisect.insort(st.ledger, ToolCallRecord(seq=seq, tool=name, call_id=call_id, attempt=attempt, ok=ok,
+                                                summary=_short(text.splitlines()[0] if text else "")),
+                      key=lambda r: r.seq)
         self._upsert_search_attributes()
         return text
 
@@ -595,10 +823,10 @@ class KernelOptimization:
                                 settings=settings, output_cap=cap),
                 result_type=EvalResult, **self._opts(f"{verb} attempt {n}{self._context(n)}{best}", gpu=True))
             d = res_e.digest.model_copy(update={"tool_call": seq})
-            st.attempts[n].evals.append(d)
+            bisect.insort(st.attempts[n].evals, d, key=lambda e: e.tool_call)
             if setup.shape_set is None and not setup.shapes:
                 setup.shapes = [r.shape for r in res_e.verdict.shapes]
-            new_best = self._consider_best(n, res_e)
+            new_best = self._consider_best(n, res_e, source)
             st.window.append(AttemptDigest(attempt=n, tool=name, status=d.status, summary=_short(d.reason, 200),
                                            latency_us=d.latency_us, speedup=d.speedups,
                                            config=st.attempts[n].config, note=thought or None))
@@ -609,6 +837,9 @@ class KernelOptimization:
                 line += f", {d.latency_us:.4g} us"
             if d.status != "ok":
                 line += f" ({_short(d.reason, 100)})"
+                if spec.agent is not None:
+                    self._outbox.append(AgentNews(agent=spec.agent.index, kind="failure", line=(
+                        f"{verb} of a {st.attempts[n].origin} attempt{self._context(n)}: {d.status}: {_short(d.reason, 200)}")))
             if new_best:
                 line += " (new best)"
             await self._notebook(line + self._context(n))
@@ -651,7 +882,7 @@ class KernelOptimization:
             return res.text, res.ok, None
         raise ApplicationError(f"no dispatch for tool {name}")  # parse_call knows every tool
 
-    def _consider_best(self, n: int, res: EvalResult) -> bool:
+    def _consider_best(self, n: int, res: EvalResult, source: SourceRef) -> bool:
         """Only ok verdicts of a profile count; higher speedup wins, or lower latency without baselines."""
         st = self.state
         v, d = res.verdict, res.digest
@@ -666,8 +897,12 @@ class KernelOptimization:
                 cur_lat = self._best_latency()
                 if cur_lat is not None and (d.latency_us is None or d.latency_us >= cur_lat):
                     return False
-        st.best = BestKernel(attempt=n, source=st.current_source, verdict=v, speedup=d.speedup, tool_call=st.tool_calls + 1)
+        st.best = BestKernel(attempt=n, source=source, verdict=v, speedup=d.speedup, tool_call=st.tool_calls + 1)
         self._upsert_search_attributes(force=True)
+        if self.spec.agent is not None:
+            sp = f" at {d.speedup:.3g}x" if d.speedup is not None else ""
+            self._outbox.append(AgentNews(agent=self.spec.agent.index, kind="best", line=f"new best{sp} (its attempt {n})",
+                                          source=source, verdict=v, speedup=d.speedup, config=st.attempts[n].config))
         return True
 
     # ------------------------------------------------------------------ notebook, UI, report
@@ -754,7 +989,7 @@ class KernelOptimization:
                          attempts=len(st.attempts), continue_as_new=st.segment, compactions=st.compactions,
                          hours=round(self._hours_used(), 4), tokens=st.tokens, best=best,
                          best_sweep=st.best_sweep, segment_history_bytes=st.segment_histories, ledger=st.attempts,
-                         notes=st.notes, memory=st.memory)
+                         notes=st.notes, memory=st.memory, agents=st.agents)
 
     def _status(self) -> RunStatus:
         st = self.state
@@ -801,19 +1036,22 @@ class KernelOptimization:
 
     @workflow.update
     def pause(self) -> str:
-        st = self.state
-        if not st.paused:
-            st.paused, st.paused_since = True, workflow.now()
-        return f"paused after the current tool call ({st.tool_calls} done)"
+        self._set_paused(True)
+        return f"paused after the current tool call ({self.state.tool_calls} done)"
 
     @workflow.update
     def resume(self) -> str:
+        self._set_paused(False)
+        return "running"
+
+    def _set_paused(self, paused: bool) -> None:
         st = self.state
-        if st.paused:
+        if paused and not st.paused:
+            st.paused, st.paused_since = True, workflow.now()
+        elif not paused and st.paused:
             if st.paused_since is not None:
                 st.paused_s += (workflow.now() - st.paused_since).total_seconds()
             st.paused, st.paused_since = False, None
-        return "running"
 
     @workflow.update
     def hint(self, text: Any) -> str:
@@ -831,13 +1069,15 @@ class KernelOptimization:
 
     @workflow.update
     def extend(self, ext: Any) -> RunStatus:
-        ext = _parse_update(Extension, ext, "extend")
+        self._extend(_parse_update(Extension, ext, "extend"))
+        return self._status()
+
+    def _extend(self, ext: Extension) -> None:
         st = self.state
         st.budget_hours += ext.hours
         st.budget_tool_calls += ext.tool_calls
         if ext.target_speedup is not None:
             st.target_speedup = ext.target_speedup
-        return self._status()
 
     @extend.validator
     def _validate_extend(self, ext: Any) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from compaction.memory import AttemptDigest, Memory
 from kernels.evaluator.verdict import Verdict
@@ -35,7 +35,9 @@ def describe_invalid(err: ValidationError, prefix: str = "") -> str:
     for e in err.errors():
         where = prefix + ".".join(str(x) for x in e["loc"]) if e["loc"] else (prefix.rstrip(".") or "input")
         got = repr(e["input"])
-        parts.append(f"{where}: {e['msg']}" + (f" (got {got[:60]})" if not isinstance(e["input"], dict) else ""))
+        msg = e["msg"].removeprefix("Value error, ")  # a validator's own sentence
+        got = f" (got {got[:60]})" if not isinstance(e["input"], dict) else ""
+        parts.append((f"{where}: " if e["loc"] or prefix else "") + msg + got)
     return "; ".join(parts)
 
 
@@ -115,6 +117,11 @@ class RunSpec(_Input):
     # control activities (the model, the tools) heartbeat: one lost with its worker is retried after this
     heartbeat_timeout_s: float = Field(default=5.0, gt=0)
     search_attributes: bool = True  # upsert MarathonProblem/Policy/BestSpeedup/ToolCalls
+    # islands: agents > 1 runs that many agents as child workflows of this run, each with its own context
+    # and memory and a share of the tool calls, sharing the best kernel and the failures through this run
+    agents: int = Field(default=1, ge=1, le=64)
+    # set by the parent on an agent's own spec: which agent it is. Leave it out.
+    agent: AgentRole | None = None
     # set by the workflow when it continues as new: the run's state so far. Leave it out.
     carry: RunState | None = None
 
@@ -122,6 +129,24 @@ class RunSpec(_Input):
         if self.policy is not None:
             return self.policy
         return "llm" if self.model.configured else "tuner"
+
+    @model_validator(mode="after")
+    def _agents_fed(self) -> RunSpec:
+        """Every agent needs tool calls of its own: the start's profile takes one, then an LLM agent at
+        least one and a tuner agent two (a write and a profile)."""
+        if self.agents > 1 and self.carry is None:
+            each = 2 if self.resolved_policy() == "tuner" else 1
+            need = 1 + self.agents * each
+            if self.budgets.max_tool_calls < need:
+                raise ValueError(f"{self.agents} agents need at least {need} tool calls (1 for the starting kernel's "
+                                 f"profile, then {each} per agent); the budget is {self.budgets.max_tool_calls}")
+        return self
+
+
+class AgentRole(BaseModel):
+    """An island: agent `index` (1-based) of `of`, a child workflow of the run that shares through it."""
+    index: int = Field(ge=1)
+    of: int = Field(ge=2)
 
 
 # ------------------------------------------------------------------------------------------ state
@@ -150,7 +175,7 @@ class EvalDigest(BaseModel):
 class Attempt(BaseModel):
     """One candidate kernel: written, edited, configured by the tuner, or the starting kernel."""
     n: int
-    origin: Literal["start", "write", "edit", "tuner"]
+    origin: Literal["start", "write", "edit", "tuner", "shared"]  # shared: another agent's best, taken over
     parent: int | None = None
     sha256: str
     lines: int = 0
@@ -259,13 +284,12 @@ class RunState(BaseModel):
     paused_since: datetime | None = None
     stop_requested: str | None = None
     stop_reason: str | None = None
+    shared_best: AgentNews | None = None  # islands: another agent's best, not yet taken over
+    shared_failures: list[str] = Field(default_factory=list)  # islands: other agents' failures, not yet shown
+    agents: list[AgentLine] = Field(default_factory=list)  # islands, in the parent: each agent's outcome
 
     def attempt(self, n: int) -> Attempt | None:
         return self.attempts[n] if 0 <= n < len(self.attempts) else None
-
-
-# ---------------------------------------------------------------------------------- control/report
-RunSpec.model_rebuild()
 
 
 class Extension(_Input):
@@ -273,6 +297,36 @@ class Extension(_Input):
     hours: float = Field(default=0.0, ge=0)
     tool_calls: int = Field(default=0, ge=0)
     target_speedup: float | None = Field(default=None, gt=0)
+
+
+class AgentNews(BaseModel):
+    """What an agent tells the run (and the run its other agents): a new best kernel, a failure worth not
+    repeating, or (from the run) a stop, a hint, a pause, a resume or an extension (its share)."""
+    agent: int = 0  # 0: the run itself
+    kind: Literal["best", "failure", "stop", "hint", "pause", "resume", "extend"]
+    extension: Extension | None = None
+    line: str = ""
+    source: SourceRef | None = None
+    verdict: Verdict | None = None
+    speedup: float | None = None
+    config: dict[str, Any] | None = None
+
+
+class AgentLine(BaseModel):
+    """One agent's line in the run's report."""
+    agent: int
+    workflow_id: str
+    status: str  # its stop reason, or why it failed
+    tool_calls: int = 0
+    attempts: int = 0
+    best_speedup: float | None = None
+    best_attempt: int | None = None
+    shared_taken: int = 0  # other agents' bests it took over
+
+
+# ---------------------------------------------------------------------------------- control/report
+RunState.model_rebuild()
+RunSpec.model_rebuild()
 
 
 class Fault(BaseModel):
@@ -335,6 +389,7 @@ class RunReport(BaseModel):
     ledger: list[Attempt] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     memory: Memory | None = None
+    agents: list[AgentLine] = Field(default_factory=list)  # islands: one line per agent
 
 
 # ------------------------------------------------------------------------ activity inputs / outputs

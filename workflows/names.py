@@ -26,9 +26,12 @@ EVAL_TOOLS = (COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL)
 # workflow.patched() ids: histories recorded before a change replay without it
 PATCH_SWEEP_BEST = "sweep-check-of-the-best"
 PATCH_FAULT_REPORTS = "fault-reports"  # a failed tool call in the notebook; a refused API key ends the run
+PATCH_CONCURRENT_EVALS = "concurrent-evaluations"  # a reply's evaluation calls run at once, up to eval.parallel
 
 # the signal an activity sends its workflow when an attempt failed and Temporal will retry it
 FAULT_SIGNAL = "activity_fault"
+# islands: an agent tells the run of a new best or a failure; the run passes it on to its other agents
+AGENT_NEWS_SIGNAL = "agent_news"
 
 # custom search attributes: `marathon dev` registers them; the Web UI filters runs by them, e.g.
 #   MarathonProblem = "kda" AND MarathonBestSpeedup > 1.2

@@ -12,6 +12,7 @@ It explores the TUNABLES a kernel declares (kernels/problems/tunables.py) by hil
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 from typing import Any
@@ -133,14 +134,27 @@ def _everything(tunables: dict[str, list[Any]], base: dict[str, Any], limit: int
         yield {**base, **dict(zip(keys, values))}
 
 
-def next_config(tunables: dict[str, list[Any]], trials: list[TunerTrial], start: dict[str, Any]) -> dict[str, Any] | None:
-    """The next configuration to evaluate, or None when every one has been tried.
+def owns(key: str, share: tuple[int, int] | None) -> bool:
+    """Whether a configuration is in agent `share[0]`'s part of the space, of `share[1]` parts: a stable
+    hash of its key splits the space among the agents of a run, so no two agents try one configuration."""
+    if share is None:
+        return True
+    index, parts = share
+    return int(hashlib.sha256(key.encode()).hexdigest()[:12], 16) % parts == index
+
+
+def next_config(tunables: dict[str, list[Any]], trials: list[TunerTrial], start: dict[str, Any],
+                share: tuple[int, int] | None = None) -> dict[str, Any] | None:
+    """The next configuration to evaluate, or None when every one has been tried (every one of its
+    part, with `share`: (agent index from 0, agents)).
 
     Spaces up to FULL_ENUMERATION_LIMIT are ranked whole. Larger ones (a tuned kernel may declare a
     billion) rank the incumbent's neighbourhood (one or two knobs one step away), then the
     neighbourhoods of the next-fastest configurations, then take the first untried in product order."""
     tried = {t.key for t in trials}
     inc, _ = incumbent(trials, start)
+    if share is not None:  # the other agents' parts count as tried
+        tried = _NotMine(tried, share)
     if space_size(tunables) <= FULL_ENUMERATION_LIMIT:
         return _best_ranked(tunables, trials, inc, _everything(tunables, inc), tried)
     c = cost(trials)
@@ -153,6 +167,16 @@ def next_config(tunables: dict[str, list[Any]], trials: list[TunerTrial], start:
         if config_key(cfg) not in tried:
             return cfg
     return None
+
+
+class _NotMine(set):
+    """`tried` for an agent: its own trials, and every configuration outside its part."""
+    def __init__(self, tried: set[str], share: tuple[int, int]) -> None:
+        super().__init__(tried)
+        self.share = share
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(key) or not owns(str(key), self.share)
 
 
 def _best_ranked(tunables, trials, inc, candidates, tried: set[str]) -> dict[str, Any] | None:

@@ -1,11 +1,13 @@
 """Record the workflow histories the replay test (tests/test_workflow_replay.py) runs through Temporal's
 Replayer. Re-record after an intended change to the workflow's decisions, and say so in the commit:
 
-    .venv/bin/python tests/histories/record.py [llm] [tuner] [tuner_parallel] [faults] [auth]   (default: all)
+    .venv/bin/python tests/histories/record.py [llm] [tuner] [tuner_parallel] [islands] [faults] [auth]   (default: all)
 
 It runs, against a fresh dev server and a fake model endpoint: an llm run of a few turns with a
 compaction, a hint (an update) and a continue-as-new hop; a short tuner run; and a tuner run that
-profiles two configurations at once on two evaluation workers; and two cases of the chaos suite
+profiles two configurations at once on two evaluation workers; an llm run of two agents (child
+workflows sharing their bests through the run's signals) whose replies' evaluations run two at once;
+and two cases of the chaos suite
 (tests/chaos_cases.py): the model endpoint down for a while (fault signals, recovery), and a 401 that
 ends the run. Each run segment's history is written
 as JSON next to this file. Naming runs re-records only those (keeping older recordings replayed
@@ -21,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent.parent), str(HERE.parent)]
 
 from fake_openai import FakeOpenAI, completion  # noqa: E402
-from marathon_support import mla_variant, queues, segments, start, workers  # noqa: E402
+from marathon_support import mla_variant, mla_wrong, queues, segments, start, workers  # noqa: E402
 from serving.dev_server import DevServer  # noqa: E402
 from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec  # noqa: E402
 
@@ -31,6 +33,15 @@ SCRIPT = {
     3: [("show_kernel", {"attempt": 0}), ("note", {"text": "hint received"})],
     4: [("edit_kernel", {"old": "'BLOCK_S': 32", "new": "'BLOCK_S': 64"}), ("show_kernel", {})],
 }
+
+
+ISLANDS_SCRIPT = [("write_kernel", {"source": mla_variant(BLOCK_S=32)}), ("compile_kernel", {}), ("test_kernel", {}),
+                  ("profile_kernel", {})]
+
+
+def islands_script(turn, delivery, request):
+    """Each agent: a new kernel judged three ways in one reply, then a reply without a tool call (its end)."""
+    return completion(f"turn {turn}", ISLANDS_SCRIPT if turn == 1 else [], turn=turn)
 
 
 def script(turn, delivery, request):
@@ -44,7 +55,8 @@ async def record(address: str, tmp: Path, runs: set[str]) -> None:
 
     async def keep(client, handle, name: str) -> None:
         await handle.result()
-        for i, seg in enumerate(await segments(client, handle.id, handle.result_run_id)):
+        first = handle.result_run_id or (await handle.describe()).run_id  # an agent's handle: by its id alone
+        for i, seg in enumerate(await segments(client, handle.id, first)):
             (HERE / f"{name}_segment{i}.json").write_text(seg["history"].to_json())
 
     with FakeOpenAI(script) as fake:
@@ -54,6 +66,17 @@ async def record(address: str, tmp: Path, runs: set[str]) -> None:
                 both = RunSpec(problem="mla_decode", budgets=Budgets(max_tool_calls=5),
                                eval=EvalSettings(device="cpu", parallel=2), gpu_task_queue=gq)
                 await keep(client, await start(client, both, tq, workflow_id="replay-tuner-parallel"), "tuner_parallel")
+            if "islands" in runs:
+                with FakeOpenAI(islands_script) as agents_model:
+                    # from a wrong kernel: an agent's first ok profile is a new best, shared with the other
+                    islands = RunSpec(problem="mla_decode", source=mla_wrong(), agents=2, max_idle_turns=1,
+                                      model=ModelSettings(model="fake", base_url=agents_model.base_url, api_key_env=""),
+                                      budgets=Budgets(max_tool_calls=11), eval=EvalSettings(device="cpu", parallel=2),
+                                      gpu_task_queue=gq)
+                    handle = await start(client, islands, tq, workflow_id="replay-islands")
+                    await keep(client, handle, "islands")
+                for i in (1, 2):
+                    await keep(client, client.get_workflow_handle(f"replay-islands/agent-{i}"), f"islands_agent{i}")
             if "llm" not in runs and "tuner" not in runs:
                 return
             llm = RunSpec(problem="mla_decode", model=ModelSettings(model="fake", base_url=fake.base_url, api_key_env=""),
@@ -71,7 +94,7 @@ async def record(address: str, tmp: Path, runs: set[str]) -> None:
                 await keep(client, await start(client, tuner, tq, workflow_id="replay-tuner"), "tuner")
 
 
-RUNS = ("llm", "tuner", "tuner_parallel", "faults", "auth")
+RUNS = ("llm", "tuner", "tuner_parallel", "islands", "faults", "auth")
 CHAOS_RUNS = {"faults": "model-down", "auth": "model-401"}
 
 
