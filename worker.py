@@ -16,6 +16,7 @@ import asyncio
 import concurrent.futures
 import os
 import signal
+import socket
 import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
