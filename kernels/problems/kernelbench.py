@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import math
+import operator
 from dataclasses import dataclass
 
 from kernels.problems.spec import ProblemFileError, ProblemSpec, ShapeError, Tolerance, Traffic
@@ -38,13 +39,55 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 @dataclass(frozen=True)
 class _FileFacts:
-    dims: dict[str, int]
-    constants: dict[str, object]
+    dims: dict[str, int]  # integers written as literals (or arithmetic of literals): overridable
+    constants: dict[str, object]  # the reserved declarations, and other literal values
     docstrings: list[str]
 
 
+_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+          ast.Div: operator.truediv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+
+
+def _literal(node: ast.AST):
+    """The value of a literal, or of arithmetic on literals (`1024 * 2`, `2 ** 14`); raises ValueError
+    for anything that names something (a constant derived from another follows it: not overridable)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool, type(None))):
+        return node.value
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return tuple(_literal(e) for e in node.elts)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = _literal(node.operand)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+        a, b = _literal(node.left), _literal(node.right)
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)):
+            if isinstance(node.op, ast.Pow) and abs(b) > 64:
+                raise ValueError("exponent too large")
+            return _ARITH[type(node.op)](a, b)
+    if isinstance(node, ast.Dict):
+        return ast.literal_eval(node)
+    raise ValueError("not a literal")
+
+
+def _bindings(node: ast.stmt) -> list[tuple[str, ast.AST]]:
+    """(name, value expression) pairs a top-level assignment binds: `a = b = 1`, `D, H = 4, 8`, `n: int = 3`."""
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+        return [(node.target.id, node.value)]
+    if not isinstance(node, ast.Assign):
+        return []
+    out = []
+    for target in node.targets:
+        if isinstance(target, ast.Name):
+            out.append((target.id, node.value))
+        elif (isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+              and len(target.elts) == len(node.value.elts)):
+            out += [(t.id, v) for t, v in zip(target.elts, node.value.elts) if isinstance(t, ast.Name)]
+    return out
+
+
 def _facts(name: str, source: str) -> _FileFacts:
-    """Dimensions and declared constants, from the syntax tree alone; every missing piece named."""
+    """Overridable integers and declared constants, from the syntax tree alone; every missing piece named."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -58,17 +101,21 @@ def _facts(name: str, source: str) -> _FileFacts:
     dims: dict[str, int] = {}
     constants: dict[str, object] = {}
     for node in tree.body:
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
-            continue
-        key = node.targets[0].id
-        try:
-            value = ast.literal_eval(node.value)
-        except ValueError:
-            continue
-        if key in RESERVED:
-            constants[key] = value
-        elif isinstance(value, int) and not isinstance(value, bool):
-            dims[key] = value
+        for key, value_node in _bindings(node):
+            try:
+                value = _literal(value_node)
+            except (ValueError, ZeroDivisionError, OverflowError, SyntaxError):
+                dims.pop(key, None)  # reassigned from an expression: it follows others
+                continue
+            if key in RESERVED:
+                constants[key] = value
+            elif isinstance(value, int) and not isinstance(value, bool):
+                dims[key] = value
+            elif (isinstance(value, tuple) and value
+                  and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+                dims.update({f"{key}[{i}]": v for i, v in enumerate(value)})
+            elif isinstance(value, (float, bool, str)):
+                constants[key] = value
     docstrings = [d for d in (ast.get_docstring(tree), *(ast.get_docstring(c) for c in classes.values())) if d]
     return _FileFacts(dims, constants, docstrings)
 

@@ -4,6 +4,7 @@ eager and torch.compile baselines, the roofline's bytes) and the sandbox (the sa
 candidate's ModelNew built with Model's constructor arguments and state_dict)."""
 from __future__ import annotations
 
+import ast
 import types
 
 import torch
@@ -14,14 +15,19 @@ INPUT_PREFIX = "x"  # get_inputs()[i] travels as keyword x{i}
 
 
 class FileReference:
+    """The file, executed once per shape: its top level runs statement by statement with the shape's
+    names pinned (a pinned name keeps its value whatever the file assigns to it), so constants written
+    as expressions, chained assignments and everything derived from a pinned name (`bias_shape =
+    (out_channels, 1, 1)`, `hidden = dim * 4`) follow the shape."""
     _cache: dict[tuple[str, str], "FileReference"] = {}
 
     def __init__(self, name: str, source: str) -> None:
         self.name = name
-        self.module = types.ModuleType(f"marathon_problem_{name}")
-        self.module.__file__ = f"<problem {name}>"
-        exec(compile(source, f"<problem {name}>", "exec"), self.module.__dict__)
+        self.source = source
+        self.tree = ast.parse(source)
         self.param_seed = 0  # the seed Model's parameters are drawn with; set fresh per evaluation
+        self._modules: dict[tuple, types.ModuleType] = {}
+        self.module = self.module_for({})  # the file as written
         self.current_shape: dict[str, int] | None = None
         self._models: dict[tuple, torch.nn.Module] = {}
 
@@ -32,9 +38,16 @@ class FileReference:
             cls._cache[key] = cls(name, source)
         return cls._cache[key]
 
+    def module_for(self, shape: dict[str, int]) -> types.ModuleType:
+        """The file's module with these names pinned (`name[i]` pins element i of a tuple)."""
+        key = tuple(sorted(shape.items()))
+        if key not in self._modules:
+            self._modules[key] = execute(self.name, self.tree, shape)
+        return self._modules[key]
+
     def use_shape(self, shape: dict[str, int]) -> None:
-        """The file's size constants become this shape's, for get_inputs()/get_init_inputs()."""
-        self.module.__dict__.update(shape)
+        """get_inputs()/get_init_inputs() and Model see this shape's constants from now on."""
+        self.module = self.module_for(shape)
         self.current_shape = dict(shape)
 
     def init_inputs(self, shape: dict[str, int]) -> list:
@@ -42,8 +55,10 @@ class FileReference:
         return list(self.module.get_init_inputs())
 
     def build(self, cls, shape: dict[str, int], state: dict | None = None) -> torch.nn.Module:
-        """cls(*get_init_inputs()) with Model's parameters (drawn with param_seed) loaded into it."""
+        """cls(*get_init_inputs()) with Model's parameters (drawn with param_seed) loaded into it;
+        cls None: this shape's Model itself."""
         init = self.init_inputs(shape)
+        cls = cls or self.module.Model
         if state is None:
             torch.manual_seed(self.param_seed)
             state = self.module.Model(*init).state_dict()
@@ -56,13 +71,16 @@ class FileReference:
     def model(self, shape: dict[str, int], device: str, dtype: torch.dtype) -> torch.nn.Module:
         key = (tuple(sorted(shape.items())), device, dtype)
         if key not in self._models:
-            self._models[key] = self.build(self.module.Model, shape).to(device=device, dtype=dtype)
+            self._models[key] = self.build(None, shape).to(device=device, dtype=dtype)
         return self._models[key]
 
     def make_inputs(self, shape: dict[str, int], seed: int, device: str, dtype: torch.dtype) -> dict:
+        """get_inputs() on the device itself, from a seeded generator: the same values in every process
+        that asks on the same device, and no host round trip for the file's own (large) sizes."""
         self.use_shape(shape)
         torch.manual_seed(seed)
-        values = list(self.module.get_inputs())
+        with torch.device(device):
+            values = list(self.module.get_inputs())
         return {f"{INPUT_PREFIX}{i}": _cast(v, device, dtype) for i, v in enumerate(values)}
 
     def _args(self, inputs: dict) -> list:
@@ -80,26 +98,26 @@ class FileReference:
         return tuple(out.shape), (dtype if out.is_floating_point() else out.dtype)
 
     def _meta_output(self, shape, dtype) -> torch.Tensor:
-        """The output's shape without computing it (meta tensors); computed on the CPU where an op has
-        no meta implementation."""
-        inputs = self.make_inputs(shape, 0, "cpu", dtype)
-        model = self.model(shape, "cpu", dtype)
+        """The output's shape without computing it: inputs, Model and forward on the meta device (no
+        memory, no time at any size); computed on the CPU only where an op has no meta kernel."""
         with torch.no_grad():
             try:
-                meta = model.to("meta")
-                try:
-                    return _single(meta(*[_cast(v, "meta", dtype) for v in self._args(inputs)]), self.name)
-                finally:
-                    self._models.pop((tuple(sorted(shape.items())), "cpu", dtype), None)
+                inputs = self.make_inputs(shape, 0, "meta", dtype)
+                init = self.init_inputs(shape)
+                with torch.device("meta"):
+                    model = self.module.Model(*init).to(dtype=dtype)
+                return _single(model(*self._args(inputs)), self.name)
             except Exception:
+                inputs = self.make_inputs(shape, 0, "cpu", dtype)
                 return _single(self.model(shape, "cpu", dtype)(*self._args(inputs)), self.name)
 
     def min_bytes(self, shape: dict[str, int], elem: int) -> float:
         """Inputs, parameters and the output, each through device memory once."""
         inputs = self.make_inputs(shape, 0, "meta", torch.float32)
         total = sum(_nbytes(v, elem) for v in inputs.values())
+        init = self.init_inputs(shape)
         with torch.device("meta"):
-            total += sum(_nbytes(p, elem) for p in self.module.Model(*self.init_inputs(shape)).parameters())
+            total += sum(_nbytes(p, elem) for p in self.module.Model(*init).parameters())
         out_shape, _ = self.output_spec(shape, torch.float32)
         n = 1
         for d in out_shape:
@@ -121,6 +139,29 @@ class FileReference:
                 return compiled[key](*self._args(inputs))
             return run
         return {"eager": eager, "compile": LazyBaseline(build_compiled)}
+
+
+def execute(name: str, tree: ast.Module, shape: dict[str, int]) -> types.ModuleType:
+    """Run a problem file's top level with `shape`'s names pinned: after each statement a pinned name
+    that exists is set back to its pinned value, before the next statement reads it."""
+    plain = {k: v for k, v in shape.items() if "[" not in k}
+    elements: dict[str, dict[int, int]] = {}
+    for k, v in shape.items():
+        if "[" in k:
+            base, _, index = k.partition("[")
+            elements.setdefault(base, {})[int(index.rstrip("]"))] = v
+    module = types.ModuleType(f"marathon_problem_{name}")
+    module.__file__ = f"<problem {name}>"
+    ns = module.__dict__
+    for stmt in tree.body:
+        exec(compile(ast.Module(body=[stmt], type_ignores=[]), f"<problem {name}>", "exec"), ns)
+        for k, v in plain.items():
+            if k in ns:
+                ns[k] = v
+        for k, items in elements.items():
+            if isinstance(ns.get(k), tuple):
+                ns[k] = tuple(items.get(i, x) for i, x in enumerate(ns[k]))
+    return module
 
 
 class CandidateModel:
