@@ -396,7 +396,7 @@ STREAMS = [(4, 32, 32, 4, 3), (4, 32, 64, 4, 2), (4, 64, 32, 4, 3), (1, 32, 64, 
            (1, 128, 64, 8, 2), (1, 132, 64, 4, 2), (4, 16, 32, 4, 3)]
 
 
-def stream_yardsticks(timer: "Timer", kv, device: str) -> list[dict]:
+def stream_yardsticks(timer: "Timer", kv, device: str, grids: list = STREAMS) -> list[dict]:
     """CUDA-graph time (L2 flushed) of a kernel that streams the cache exactly like stage 1 (same
     grid, tiles, warps and software pipeline) but only sums the tiles, one float out per program."""
     import torch
@@ -426,7 +426,7 @@ def stream_yardsticks(timer: "Timer", kv, device: str) -> list[dict]:
 
     S = kv.shape[1]
     rows = []
-    for n_hb, splits, block_n, warps, stages in STREAMS:
+    for n_hb, splits, block_n, warps, stages in grids:
         split_len = triton.cdiv(triton.cdiv(S, splits), block_n) * block_n
         out = torch.empty(n_hb * splits, device=kv.device, dtype=torch.float32)
         def launch(n_hb=n_hb, splits=splits, split_len=split_len, block_n=block_n, warps=warps, stages=stages, out=out):
@@ -469,12 +469,19 @@ def _split_times(mod, timer: "Timer", cfg: dict, shape: dict, inp: dict, ref, ro
                     setattr(mod, n, k)
     except Exception as exc:
         row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-    row["splits"] = mod.plan(shape["B"], shape["H"], shape["S"])[4]
-    row["workspace_mb"] = round(shape["H"] * row["splits"] * (mod.D_LATENT + 1) * 4 / 1e6, 2)
+    pre, *_, row["splits"], _ = mod.plan(shape["B"], shape["H"], shape["S"])
+    part_bytes = 2 if mod.CONFIG.get(pre + "WORKSPACE") == "input" else 4  # bf16 inputs on the GPU
+    row["workspace_mb"] = round(shape["H"] * row["splits"] * (mod.D_LATENT * part_bytes + 4) / 1e6, 2)
     return row
 
 
-BREAKDOWN_PARTS = ("streams", "configs", "scaling")
+# "width": at B=1, H=64, S=8192, the cache stream alone and stage 1 with its merge at grids of up to
+# ~1,000 programs: (head blocks, splits, BLOCK_N, warps, stages) for the stream; (stage-1 variant,
+# NUM_SPLITS) for the kernel, partial outputs in bf16. What a stage 1 that wide costs in its merge
+WIDTH_STREAMS = [(1, 1024, 8, 4, 1), (1, 256, 32, 4, 1), (1, 128, 64, 8, 1), (4, 256, 32, 4, 1), (4, 32, 32, 4, 3)]
+WIDTH_CONFIGS = [((16, 32, 4, 3), 32), ((16, 32, 4, 3), 128), ((16, 32, 4, 3), 256), ((32, 32, 8, 2), 256),
+                 ((64, 16, 8, 2), 512), ((64, 64, 8, 2), 128)]
+BREAKDOWN_PARTS = ("streams", "configs", "scaling", "width")
 
 
 def breakdown(out_dir: Path, device: str = "cuda", parts: tuple = BREAKDOWN_PARTS) -> dict:
@@ -507,7 +514,17 @@ def breakdown(out_dir: Path, device: str = "cuda", parts: tuple = BREAKDOWN_PART
         row["tiles_per_program"] = split_len // block_n
         scaling.append(row)
         print(json.dumps(row), flush=True)
-    result = {"host": host_facts(), "shape": BENCH, "rows": rows, "streams": streams, "scaling": scaling}
+    width = {"streams": stream_yardsticks(timer, inp["kv"], device, WIDTH_STREAMS) if "width" in parts else [],
+             "configs": []}
+    for variant, splits in (WIDTH_CONFIGS if "width" in parts else []):
+        cfg = {**stage1_config(base_config(), "SMALL_", variant, 1), "NUM_SPLITS": splits, "SMALL_WORKSPACE": "input"}
+        ref = ref if ref is not None else reference(**inp)
+        row = _split_times(mod, timer, cfg, BENCH, inp, ref, {"variant": list(variant),
+                                                                          "programs": BENCH["H"] // variant[0] * splits})
+        width["configs"].append(row)
+        print(json.dumps(row), flush=True)
+    result = {"host": host_facts(), "shape": BENCH, "rows": rows, "streams": streams, "scaling": scaling,
+              "width": width}
     name = "mla_decode_breakdown.json" if set(parts) == set(BREAKDOWN_PARTS) else f"mla_decode_{'_'.join(parts)}.json"
     (out_dir / name).write_text(json.dumps(result, indent=1))
     return result
@@ -865,7 +882,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="eval: the candidate's wall-clock limit")
     ap.add_argument("--part", action="append", choices=BREAKDOWN_PARTS, default=None,
                     help="breakdown: only these parts (streams: the cache stream without the math; configs: "
-                         "BREAKDOWN; scaling: the shipped stage 1 as S grows); default all")
+                         "BREAKDOWN; scaling: the shipped stage 1 as S grows; width: the stream and stage 1 "
+                         "with its merge at up to ~1,000 programs); default all")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
