@@ -85,11 +85,7 @@ TUNABLES = {
 # SMALL_WORK_BELOW from `python bench/mla_decode.py plans` over the regime table (mla_decode_plans
 # in bench/results/h200/): the plain tiles won from B*H*S = 2^21 up at 64 and 128 heads (B=4, H=128,
 # S=65536: 262 against 671 us) and lost below it (B=1, H=64, S=8192: 33.8 against 21.4 us).
-CONFIG = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "SPLIT_WAVES": 1,
-          "SMALL_BELOW": 16, "SMALL_WORK_BELOW": 2097152, "SMALL_BLOCK_H": 16, "SMALL_BLOCK_N": 32,
-          "SMALL_num_warps": 4, "SMALL_num_stages": 3, "SMALL_SPLIT_WAVES": 1, "NUM_SPLITS": "auto", "MIN_SPLIT": 64,
-          "MERGE_BLOCK_D": 256, "MERGE_WARPS": 4, "PDL": True, "FORM": "heads", "SMALL_FORM": "heads",
-          "PREFETCH": 0, "SMALL_PREFETCH": 0, "WORKSPACE": "fp32", "SMALL_WORKSPACE": "fp32"}
+CONFIG = {'BLOCK_H': 64, 'BLOCK_N': 64, 'num_warps': 8, 'num_stages': 2, 'SPLIT_WAVES': 1, 'SMALL_BELOW': 64, 'SMALL_WORK_BELOW': 2097152, 'SMALL_BLOCK_H': 16, 'SMALL_BLOCK_N': 32, 'SMALL_num_warps': 4, 'SMALL_num_stages': 3, 'SMALL_SPLIT_WAVES': 1, 'NUM_SPLITS': 'auto', 'MIN_SPLIT': 64, 'MERGE_BLOCK_D': 256, 'MERGE_WARPS': 4, 'PDL': True, 'FORM': 'heads', 'SMALL_FORM': 'heads', 'PREFETCH': 2, 'SMALL_PREFETCH': 0, 'WORKSPACE': 'fp32', 'SMALL_WORKSPACE': 'fp32'}
 
 D_LATENT = 512
 LOG2E = 1.4426950408889634
