@@ -10,9 +10,10 @@ the slice in tiles of BLOCK_N rows. Each 576-wide row is the key (latent 512 | r
 
 It writes the split's normalised output and its log-sum-exp (fp32) to a workspace. Heads are the M
 dimension of both products, so they are padded to at least 16 (64 gives Hopper's wgmma). A program
-may ask L2 for the tiles it will load a few iterations later (PREFETCH): Triton's two-stage pipeline
-issues a tile's load only at the end of the iteration before it is used, so without the hint every
-tile waits for DRAM in turn.
+may ask L2 for the tiles it will load a few iterations later (PREFETCH): Triton 3.6's two-stage
+pipeline issues a tile's copy only at the end of the iteration before the one that uses it, and that
+iteration begins by waiting for it, so the copy overlaps little of the products; the hint starts the
+DRAM read earlier.
 
 The workspace is one fp32 buffer: partial outputs [B, H, splits, 512] (fp32, or in the input's dtype:
 WORKSPACE "input"; a normalised output is a convex combination of value rows, so it fits that dtype's
@@ -78,14 +79,20 @@ TUNABLES = {
     "WORKSPACE": ("fp32", "input"),
     "SMALL_WORKSPACE": ("fp32", "input"),
 }
-# Picked on an H200 by `python bench/mla_decode.py tune` (mla_decode_tune.json @7677c6f): CUDA-graph
-# time after an L2 flush, 21.7 us at B=1, H=64, S=8192 and 272 us at B=32, H=128, S=8192.
-# A later tune with FORM (mla_decode_tune.json @bb2fa31) found the best "tokens" stage 1 within
-# 0.4 us of this CONFIG at B=1 (21.09 against 21.47 us in the same run): not worth changing.
-# SMALL_WORK_BELOW from `python bench/mla_decode.py plans` over the regime table (mla_decode_plans
-# in bench/results/h200/): the plain tiles won from B*H*S = 2^21 up at 64 and 128 heads (B=4, H=128,
-# S=65536: 262 against 671 us) and lost below it (B=1, H=64, S=8192: 33.8 against 21.4 us).
-CONFIG = {'BLOCK_H': 64, 'BLOCK_N': 64, 'num_warps': 8, 'num_stages': 2, 'SPLIT_WAVES': 1, 'SMALL_BELOW': 64, 'SMALL_WORK_BELOW': 2097152, 'SMALL_BLOCK_H': 16, 'SMALL_BLOCK_N': 32, 'SMALL_num_warps': 4, 'SMALL_num_stages': 3, 'SMALL_SPLIT_WAVES': 1, 'NUM_SPLITS': 'auto', 'MIN_SPLIT': 64, 'MERGE_BLOCK_D': 256, 'MERGE_WARPS': 4, 'PDL': True, 'FORM': 'heads', 'SMALL_FORM': 'heads', 'PREFETCH': 2, 'SMALL_PREFETCH': 0, 'WORKSPACE': 'fp32', 'SMALL_WORKSPACE': 'fp32'}
+# Stage-1 tiles picked on an H200 by `python bench/mla_decode.py tune` (mla_decode_tune.json @7677c6f):
+# CUDA-graph time after an L2 flush. A later tune with FORM (mla_decode_tune.json @bb2fa31) found the
+# best "tokens" stage 1 within 0.4 us of these tiles at B=1: not worth changing.
+# The plan rule (SMALL_BELOW, SMALL_WORK_BELOW) and the regimes' PREFETCH and WORKSPACE from `python
+# bench/mla_decode.py pick` (mla_decode_pick.json in bench/results/h200/): of the rules and regime
+# variants timed on the 27 regime shapes, this one beat torch.compile's recorded times on the most
+# shapes (19 by 3 % or more). PREFETCH 2 in the large regime: B=32, H=128, S=8192 255.1 against
+# 273.2 us without. The input-dtype workspace, alone or with the prefetch in the small regime, was
+# slower on most shapes (NOTES.md).
+CONFIG = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "SPLIT_WAVES": 1,
+          "SMALL_BELOW": 64, "SMALL_WORK_BELOW": 2097152, "SMALL_BLOCK_H": 16, "SMALL_BLOCK_N": 32,
+          "SMALL_num_warps": 4, "SMALL_num_stages": 3, "SMALL_SPLIT_WAVES": 1, "NUM_SPLITS": "auto", "MIN_SPLIT": 64,
+          "MERGE_BLOCK_D": 256, "MERGE_WARPS": 4, "PDL": True, "FORM": "heads", "SMALL_FORM": "heads",
+          "PREFETCH": 2, "SMALL_PREFETCH": 0, "WORKSPACE": "fp32", "SMALL_WORKSPACE": "fp32"}
 
 D_LATENT = 512
 LOG2E = 1.4426950408889634
