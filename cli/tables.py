@@ -7,7 +7,7 @@ import math
 from kernels.evaluator.verdict import Verdict
 from reports.fmt import CPU_TIMES, duration_us, speedup
 
-CPU_LINE = f"CPU: {CPU_TIMES}"
+CPU_LINE = f"CPU run: {CPU_TIMES}"
 
 
 def _geomean(values: list[float]) -> float | None:
@@ -89,8 +89,6 @@ def run_report_table(rep) -> str:
              f"{rep.continue_as_new} continue-as-new, {rep.compactions} compactions, {rep.hours:.2f} h"]
     ok = [((a.best_eval() or a.evals[-1]).latency_us, a.n) for a in rep.ledger if a.best_eval()]
     fastest = min(((lat, n) for lat, n in ok if lat is not None), default=None)
-    if cpu:
-        lines.append(f"  {CPU_LINE}")
     if rep.tokens.calls:
         lines.append(f"  model: {rep.tokens.calls} calls, {rep.tokens.prompt_tokens} prompt + "
                      f"{rep.tokens.completion_tokens} completion tokens")

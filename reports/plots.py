@@ -26,7 +26,10 @@ def _png(fig) -> str:
 
 
 def metric(facts: RunFacts) -> str:
-    """What the progress plots show: the speedup where the run timed baselines, else the latency."""
+    """What the progress plots show: the speedup where the run timed baselines, else the latency; on a CPU
+    the latency, as the run ranks there (its speedups are noise)."""
+    if facts.cpu:
+        return "latency_us"
     return "speedup" if any(e.speedup is not None for e in facts.evaluations if e.status == "ok") else "latency_us"
 
 

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from compaction.summarize import clip_transcript
     from compaction.text import one_line
     from kernels.problems.tunables import TunablesError, with_config
+    from reports.fmt import duration_us
     from workflows import names
     from workflows.models import (AgentLine, AgentNews, AgentRole, AgentTurnInput, AgentTurnResult, Attempt,
                                   BestKernel, BestReport, EvalDigest,
@@ -838,7 +839,7 @@ class KernelOptimization:
                                            config=st.attempts[n].config, note=thought or None))
             line = f"{verb} attempt {n}: {d.status}"
             if d.latency_us is not None and not res_e.verdict.timing_meaningful:  # a speedup there is noise
-                line += f", {d.latency_us:,.0f} us in the CPU's interpreter"
+                line += f", {duration_us(d.latency_us)} in the CPU's interpreter"
             elif d.speedup is not None:
                 line += f", {d.speedup:.3g}x vs {d.baseline}"
             elif d.latency_us is not None:
@@ -973,6 +974,8 @@ class KernelOptimization:
         b = self.state.best
         if b is None:
             return "no ok kernel yet"
+        if not b.verdict.timing_meaningful and self._best_latency() is not None:  # a CPU's: its speedup is noise
+            return f"best attempt {b.attempt}, {duration_us(self._best_latency())} in the CPU's interpreter"
         return f"best attempt {b.attempt}" + (f" at {b.speedup:.3g}x" if b.speedup is not None else "")
 
     def _details(self) -> None:
