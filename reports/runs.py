@@ -137,7 +137,7 @@ def table(rows: list[RunRow]) -> str:
     its worst shape against the strongest baseline (on a CPU: noise)."""
     if not rows:
         return "no runs"
-    head = ("workflow id", "problem", "policy", "status", "hours", "calls", "best", "started by", "report")
+    head = ("workflow id", "problem", "policy", "status", "hours", "calls", "best speedup", "started by", "report")
     cells = [(r.workflow_id, r.problem, r.policy, r.status.lower(), f"{r.hours:.2f}",
               str(r.tool_calls) if r.tool_calls is not None else "-",
               speedup(r.best_speedup) if r.best_speedup is not None else "-", r.started_by or "-", r.report or "-")
