@@ -7,7 +7,7 @@ import math
 from kernels.evaluator.verdict import Verdict
 from reports.fmt import CPU_TIMES, duration_us, speedup
 
-CPU_LINE = f"CPU run: {CPU_TIMES}"
+CPU_LINE = f"CPU: {CPU_TIMES}"
 
 
 def _geomean(values: list[float]) -> float | None:
@@ -31,11 +31,15 @@ def verdict_table(v: Verdict) -> str:
                          f"{r.rel_err:.2e}" if r.rel_err is not None else "-", duration_us(r.latency_us) or "-",
                          duration_us(graph) or "-", duration_us(wall) or "-",
                          f"{r.roofline_pct:.1f}%" if r.roofline_pct is not None else "-", sp))
-        width = max(len("shape"), *(len(row[0]) for row in rows))
-        lines += ["", f"  {'shape':<{width}} {'ok':<3} {'rel_err':>9} {'latency':>10} {'graph':>10} {'wall':>10} "
-                      f"{'roofline':>8}  speedups (baseline latency)"]
-        for shape, ok, err, lat, graph, wall, roof, sp in rows:
-            lines.append(f"  {shape:<{width}} {ok:<3} {err:>9} {lat:>10} {graph:>10} {wall:>10} {roof:>8}  {sp}")
+        head = ("shape", "ok", "rel_err", "latency", "graph", "wall", "roofline", "speedups (baseline latency)")
+        shown = [i for i in range(len(head)) if i < 4 or i == 7 or any(row[i] != "-" for row in rows)]  # a CPU's: no
+        widths = [max(len(head[i]), *(len(row[i]) for row in rows)) for i in range(len(head))]        # graph, wall, roofline
+
+        def cells(row) -> str:
+            return " ".join(f"{row[i]:<{widths[i]}}" if i in (0, 1, 7) else f"{row[i]:>{widths[i]}}"
+                            for i in shown).rstrip()
+
+        lines += ["", "  " + cells(head)] + ["  " + cells(row) for row in rows]
     if not cpu and any(r.timing and r.timing.sync_wall_us for r in v.shapes):
         lines.append("  (latency: device time per call, L2 flushed; graph: as a CUDA graph; wall: one call between "
                      "two device synchronisations, host launch cost included)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 SIG = 3  # significant figures of a speedup or a time
-CPU_TIMES = ("every time is the Triton interpreter's on a CPU: it says nothing about speed on a GPU, and a "
+CPU_TIMES = ("every time here is the Triton interpreter's on a CPU: it says nothing about speed on a GPU, and a "
              "speedup (a baseline's CPU time over the kernel's) is noise")
 
 

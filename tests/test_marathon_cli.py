@@ -37,7 +37,7 @@ def test_marathon_run_tuner_end_to_end_json(tmp_path):
     ok = [(e["latency_us"], a["n"]) for a in report["ledger"] for e in a["evals"] if e["status"] == "ok"]
     assert best["attempt"] == min(ok)[1]
     assert "profile attempt 0" in out.stderr  # live progress went to stderr
-    assert "CPU run: every time is the Triton interpreter's on a CPU" in out.stderr
+    assert "CPU: every time here is the Triton interpreter's on a CPU" in out.stderr
     # the report folder, written by the run itself: in the JSON, and the last line on stderr
     html = Path(report["report"])
     assert html == tmp_path / "reports" / report["workflow_id"] / "report.html" and html.is_file()

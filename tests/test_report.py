@@ -194,7 +194,7 @@ def test_the_pages_labels_in_headless_chromium(scripted, tmp_path):
     cpu = _text(cpu_dom)
     assert 'id="cpu-banner"' in cpu_dom and "CPU run: its times mean nothing." in cpu
     assert cpu.index("CPU run: its times mean nothing.") < cpu.index(f"best: attempt {report.best.attempt}")
-    assert "Every time is the Triton interpreter's on a CPU: it says nothing about speed on a GPU" in cpu
+    assert "Every time here is the Triton interpreter's on a CPU: it says nothing about speed on a GPU" in cpu
     assert "in the CPU's interpreter, geometric mean over" in cpu  # the headline: what the best's figure is
     assert "speedup (worst shape, strongest baseline)" in cpu and "latency (geometric mean over shapes)" in cpu
     assert "<details>" in cpu_dom and "hover for each shape's" in cpu  # reasons in full, shapes on hover

@@ -199,7 +199,7 @@ def test_the_run_table_on_a_cpu():
     from cli.tables import CPU_LINE, run_report_table
     verdicts = {0: cpu_verdict((133652.0, 124290.0)), 1: cpu_verdict((41523.7, 38952.2))}
     text = run_report_table(run_report(verdicts, 1))
-    assert text.count(CPU_LINE) == 1 and "every time is the Triton interpreter's on a CPU" in text
+    assert text.count(CPU_LINE) == 1 and "every time here is the Triton interpreter's on a CPU" in text
     assert "best: attempt 1, 40.2 ms in the CPU's interpreter, the correct kernel with the lowest interpreter time" in text
     assert " *    1 tuner" in text and "40.2 ms" in text and "129 ms" in text
     assert "headline:" not in text  # no speedup claim on a CPU
@@ -215,6 +215,12 @@ def test_the_verdict_table_on_a_gpu():
     assert CPU_LINE not in text
     assert f"headline: {fmt.speedup(v.best_speedup())}, the worst shape against the strongest baseline" in text
     assert "851 µs" in text and "torch_compile 0.0256x (21.8 µs)" in text
+    head = next(line for line in text.splitlines() if line.lstrip().startswith("shape"))
+    assert head.split()[:7] == ["shape", "ok", "rel_err", "latency", "graph", "wall", "roofline"]
+    cpu = verdict_table(cpu_verdict())
+    head = next(line for line in cpu.splitlines() if line.lstrip().startswith("shape"))
+    assert head.split()[:4] == ["shape", "ok", "rel_err", "latency"] and "roofline" not in cpu  # empty on a CPU
+    assert cpu.index(CPU_LINE) < cpu.index(head)
 
 
 def status(**kw):
