@@ -152,7 +152,8 @@ def test_the_cpu_page_warns_and_hides_what_a_cpu_leaves_empty():
     row = cpu_facts().attempts[1]
     assert html.count("<details>") == 3 and row.reason in html
     assert 'title="B=1,H=4,S=100: 41.5 ms, torch 217 µs; B=2,H=3,S=37: 39 ms, torch 106 µs"' in html
-    assert "its times mean nothing" in render_md(facts)
+    md = render_md(facts)
+    assert md.startswith("# cpu-run\n\n> **CPU run: its times mean nothing.**") and f"\n\n{line}\n" in md
     assert not SCIENTIFIC.search(figures(html))
 
 
