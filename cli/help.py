@@ -1,7 +1,7 @@
 """What `--help` says: every flag of every sub-command with a line of help and its default.
 
-Flags that are built without help (or with their default alone) get theirs here, by name (the same meaning wherever the flag appears)
-or by sub-command and name where the meaning differs; the formatter adds "(default: X)" to a help that
+Flags that are built without help (or with their default alone) get theirs here, by name (the same
+meaning wherever the flag appears) or by sub-command and name where the meaning differs; the formatter adds "(default: X)" to a help that
 does not say its default already. marathon.py applies both to the whole parser tree."""
 from __future__ import annotations
 

@@ -89,7 +89,8 @@ async def stop_reasons(client, report) -> dict[str, str]:
     out: dict[str, str] = {}
     for e in report.problems:
         try:
-            out[e.workflow_id] = (await client.get_workflow_handle(e.workflow_id, result_type=RunReport).result()).stop_reason
+            run = await client.get_workflow_handle(e.workflow_id, result_type=RunReport).result()
+            out[e.workflow_id] = run.stop_reason
         except Exception:  # a failed run: the suite's entry says why
             pass
     return out

@@ -32,8 +32,9 @@ def verdict_table(v: Verdict) -> str:
                          duration_us(graph) or "-", duration_us(wall) or "-",
                          f"{r.roofline_pct:.1f}%" if r.roofline_pct is not None else "-", sp))
         head = ("shape", "ok", "rel_err", "latency", "graph", "wall", "roofline", "speedups (baseline latency)")
-        shown = [i for i in range(len(head)) if i < 4 or i == 7 or any(row[i] != "-" for row in rows)]  # a CPU's: no
-        widths = [max(len(head[i]), *(len(row[i]) for row in rows)) for i in range(len(head))]        # graph, wall, roofline
+        # the columns a verdict fills (a CPU's has no graph, wall or roofline)
+        shown = [i for i in range(len(head)) if i < 4 or i == 7 or any(row[i] != "-" for row in rows)]
+        widths = [max(len(head[i]), *(len(row[i]) for row in rows)) for i in range(len(head))]
 
         def cells(row) -> str:
             return " ".join(f"{row[i]:<{widths[i]}}" if i in (0, 1, 7) else f"{row[i]:>{widths[i]}}"

@@ -79,7 +79,8 @@ def progress_png(facts: RunFacts) -> str | None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("speedup, worst shape vs strongest baseline" if what == "speedup"
                        else "latency, geometric mean over shapes (lower is better)")
-    axes[0].yaxis.set_major_formatter(FuncFormatter(lambda y, _: fmt.speedup(y) if what == "speedup" else fmt.duration_us(y)))
+    axes[0].yaxis.set_major_formatter(FuncFormatter(
+        lambda y, _: fmt.speedup(y) if what == "speedup" else fmt.duration_us(y)))
     if what == "speedup":  # room below the zero line, where the failed evaluations sit
         axes[0].set_ylim(bottom=min(0.0, floor) - 0.04 * max(ok_values))
     axes[1].legend(loc="best", fontsize=8)

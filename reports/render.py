@@ -183,7 +183,8 @@ def _context(facts: RunFacts) -> dict:
     rooflines = bool(v and any(r.roofline_pct is not None for r in v.shapes))
     return {"f": facts, "outcome": outcome(facts), "diff": kernel_diff(facts), "judge": judge_command(facts),
             "colours": STATUS_COLOURS, "metric": metric(facts), "counts": facts.status_counts(),
-            "cpu_times": fmt.CPU_TIMES, "best_rule": best_rule(facts), "spread": baseline_spread(facts), "floors": floors, "rooflines": rooflines,
+            "cpu_times": fmt.CPU_TIMES, "best_rule": best_rule(facts), "spread": baseline_spread(facts),
+            "floors": floors, "rooflines": rooflines,
             "shape_title": shape_title, "shape_count": len(facts.shapes) or (len(v.shapes) if v else 0)}
 
 

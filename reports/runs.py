@@ -146,6 +146,7 @@ def table(rows: list[RunRow]) -> str:
     right = {4, 5, 6}  # the numbers
 
     def line(c) -> str:
-        return "  ".join(f"{x:>{w}}" if i in right else f"{x:<{w}}" for i, (x, w) in enumerate(zip(c, widths))) + "  " + c[-1]
+        padded = (f"{x:>{w}}" if i in right else f"{x:<{w}}" for i, (x, w) in enumerate(zip(c, widths)))
+        return "  ".join(padded) + "  " + c[-1]
 
     return "\n".join([line(head)] + [line(c) for c in cells])
