@@ -155,7 +155,7 @@ HOST_ATTRIBUTES = frozenset({
     # containers, strings, numbers, lru_cache
     "get", "items", "keys", "values", "setdefault", "update", "pop", "append", "extend", "insert", "count",
     "join", "startswith", "endswith", "lower", "upper", "strip", "replace", "bit_length", "is_integer",
-    "cache_info", "cache_clear",
+    "cache_info", "cache_clear", "args",
     # triton.Config's launch settings; TensorDescriptor's constructor
     "num_warps", "num_stages", "num_ctas", "maxnreg", "from_tensor",
 })
@@ -714,8 +714,9 @@ class _Checker(ast.NodeVisitor):
                 self.flag(node, f"rebinds {node.id!r}, the name of the candidate's class")
             return
         name = node.id
-        if name.startswith("__") and name.endswith("__") and name not in ALLOWED_DUNDER_NAMES:
-            self.flag(node, f"uses {name!r}: dunder names are not allowed")
+        if name.startswith("__") and name.endswith("__"):
+            if name not in ALLOWED_DUNDER_NAMES:
+                self.flag(node, f"uses {name!r}: dunder names are not allowed")
             return
         if name in self.imports:
             self._use_qualified(node, self.imports[name])
