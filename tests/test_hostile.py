@@ -160,6 +160,8 @@ CASES = [
     Case("mla_builtin_decorator", reason="decorator 'tl.core.builtin'", **S),
     Case("mla_autotune_bench_hook", reason="triton.Config(pre_hook=...)", **S),
     Case("kda_tensor_type_import", reason="attribute 'type' called", **S),
+    Case("mla_entry_reference_swap", reason="class member 'prepare'", **S),
+    Case("kda_extern_library_path", reason="triton.language.core.extern_elementwise", **S),
     # banned libraries by any route
     Case("kda_fla_importlib", reason="imports 'importlib'", **S),
     Case("kda_fla_dunder_import", reason="'__import__'", **S),

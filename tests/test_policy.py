@@ -140,7 +140,7 @@ def test_allowed_builtins():
     # a builtin name is safe only where a function's own binding shadows it
     ("if False:\n    open = print\nX = open('x')\n", "uses 'open'", "def f(input, type):\n    return input, type\n"),
     ("try:\n    pass\nexcept Exception as open:\n    pass\nX = open\n", "uses 'open'",
-     "def f():\n    try:\n        pass\n    except Exception as err:\n        return err.args\n"),
+     "def f():\n    try:\n        pass\n    except Exception as err:\n        return str(err)\n"),
     # a comprehension's first iterable and a lambda's defaults belong to the enclosing scope
     ("def f(x):\n    return [0 for getattr in getattr(x, 'y')]\n", "uses 'getattr'",
      "def f(x):\n    return [len(v) for v in x]\n"),
@@ -242,6 +242,7 @@ def test_imports_accepted():
     "triton.runtime.driver.active", "triton.compiler.compile", "triton.testing.do_bench", "triton.set_allocator(x)",
     "triton.knobs", "triton.tools.disasm", "tl.core.builtins.open('f')", "tl.core.inspect", "tl.core.knobs",
     "tl.target_info.driver", "tl.standard.jit", "tl.core.ir", "tl.extra.pkgutil", "tl.core.JITCallable",
+    "tl.core.builtin(x)", "tl.core.extern(x)", "tl.core.dispatch(x)", "tl.core.extern_elementwise('l', '/x', [], {}, True)",
 ])
 def test_api_outside_the_allowlist_is_refused(expr):
     root = expr.split("(")[0]
@@ -345,7 +346,16 @@ def test_restricted_calls_and_decorators(bad, needle, good):
     ("def f(m):\n    m.register_forward_hook(print)\n", "attribute 'register_forward_hook'",
      "def f(m, t):\n    m.register_buffer('mask', t)\n    return m.mask\n"),
     ("def f():\n    return (i for i in range(1)).gi_frame\n", "attribute 'gi_frame'", "def f():\n    return list(i for i in range(1))\n"),
-    ("def f(e):\n    return e.__traceback__\n", "attribute '__traceback__'", "def f(e):\n    return e.args\n"),
+    ("def f(e):\n    return e.__traceback__\n", "attribute '__traceback__'", "def f(e):\n    return repr(e)\n"),
+    ("def f(e):\n    return e.args\n", "attribute 'args'", "def f(e):\n    return str(e)\n"),
+    ("class A:\n    def __init__(self):\n        self.obj = 1\ndef f(e):\n    return e.obj\n", "attribute 'obj'",
+     "class A:\n    def __init__(self):\n        self.item_count = 1\n"),
+    ("def f(x):\n    t = x.type\n    return t('fla.ops')\n", "attribute 'type': only as",
+     "def f(x):\n    return x.device.type == 'cuda'\n"),
+    ("class A:\n    def prepare(self, shape, dtype):\n        pass\n", "class member 'prepare'",
+     "class A:\n    def plan(self, shape, dtype):\n        pass\n"),
+    ("class A:\n    def __init__(self):\n        self.reference = self\n", "assigns to attribute 'reference'",
+     "class A:\n    def __init__(self):\n        self.expected = None\n"),
     ("def f(x):\n    return x._base\n", "attribute '_base'", "def f(x):\n    return x.data\n"),
     # the module's own names may be used on values, unless torch or triton objects have them
     ("class A:\n    def __init__(self):\n        self.fn = 1\ndef f(k):\n    return k.fn\n", "attribute 'fn'",

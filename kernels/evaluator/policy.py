@@ -105,6 +105,8 @@ TRITON_API = frozenset({
     "triton.jit", "triton.cdiv", "triton.next_power_of_2", "triton.Config", "triton.autotune",
     "triton.heuristics", "triton.tools.tensor_descriptor.TensorDescriptor",
 })
+# Of triton.language: the builtin that links an LLVM bitcode library by a path the candidate names.
+TRITON_LANGUAGE_REFUSED = frozenset({"extern_elementwise"})
 STDLIB_API = frozenset({
     "functools.lru_cache", "functools.cache", "functools.partial", "functools.reduce",
     "itertools.product", "itertools.accumulate", "itertools.chain", "itertools.islice", "itertools.repeat",
@@ -155,7 +157,7 @@ HOST_ATTRIBUTES = frozenset({
     # containers, strings, numbers, lru_cache
     "get", "items", "keys", "values", "setdefault", "update", "pop", "append", "extend", "insert", "count",
     "join", "startswith", "endswith", "lower", "upper", "strip", "replace", "bit_length", "is_integer",
-    "cache_info", "cache_clear", "args",
+    "cache_info", "cache_clear",
     # triton.Config's launch settings; TensorDescriptor's constructor
     "num_warps", "num_stages", "num_ctas", "maxnreg", "from_tensor",
 })
@@ -167,9 +169,10 @@ ATTRIBUTE_REASONS = {
     "format": "str.format reads attributes named inside the string; use an f-string",
     "format_map": "str.format_map reads attributes named inside the string; use an f-string",
 }
-# A method or attribute of a candidate's class named like this would be taken for a tensor by
-# Triton's launcher (which calls data_ptr() on its arguments): the candidate's code inside the launch.
-DUCK_TYPING_NAMES = frozenset({"data_ptr"})
+# Names others look up on a candidate's objects: Triton's launcher calls data_ptr() on its arguments
+# (an object of the candidate's that has one runs its code inside the launch), and the sandbox asks
+# the entry point for `prepare` and `reference` (a file problem's wrapper has them).
+DUCK_TYPING_NAMES = frozenset({"data_ptr", "prepare", "reference"})
 
 
 @dataclass
@@ -216,14 +219,15 @@ def _public(names) -> set[str]:
     return {n for n in names if not n.startswith("_")}
 
 
-# torch.Tensor's names that hand out something other than tensors and numbers (storage, numpy arrays
-# and their raw pointers, autograd graph nodes and hooks, subclass views): a candidate's own attribute
-# may not take one, or it could name them on a tensor. (Its computing methods are left to the run-time
+# Names that hand out something other than tensors and numbers (a tensor's storage, numpy arrays and
+# their raw pointers, autograd graph nodes and hooks, subclass views; an exception's failed object):
+# a candidate's own attribute may not take one, or it could name them on such a value. (Its computing methods are left to the run-time
 # monitor: an own attribute called `norm` lets x.norm() pass here and be rejected there.)
 TENSOR_ESCAPES = frozenset({
     "numpy", "untyped_storage", "storage", "storage_type", "set_", "resize_", "resize_as_", "share_memory_",
     "pin_memory", "is_pinned", "register_hook", "register_post_accumulate_grad_hook", "grad_fn", "grad",
     "backward", "retain_grad", "apply_", "map_", "map2_", "as_subclass", "new", "record_stream", "tolist",
+    "obj",  # AttributeError.obj: the object a lookup inside a library failed on
 })
 
 
@@ -277,6 +281,12 @@ def _library() -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(kernel), frozenset(forbidden)
 
 
+def _taken(name: str) -> str:
+    if name in DUCK_TYPING_NAMES:
+        return "a name Triton or the sandbox looks up on a candidate's objects (yours would run in their place)"
+    return "a name torch's, triton's or Python's objects have (it would stand in for theirs); call it something else"
+
+
 def _forbidden_own_names() -> frozenset[str]:
     """Names a candidate's own attributes and methods may not take (see _library)."""
     return _library()[1]
@@ -317,6 +327,14 @@ def _triton_language(qualified: str) -> tuple[str, object] | None:
             return None
         plain = type(obj) in (int, float, str, bool, type(None))
         if not plain and not _home(obj).startswith("triton.language"):
+            return None
+        # a plain function must be one of the kernel language's own (not a helper that makes Python
+        # code part of it, as builtin and extern do; libdevice's are stubs the compiler maps to the
+        # device's library), and none links a library file by path
+        if isinstance(obj, types.FunctionType) and not getattr(obj, "__triton_builtin__", False) \
+                and obj.__module__ != "triton.language.extra.libdevice":
+            return None
+        if part in TRITON_LANGUAGE_REFUSED:
             return None
     return ("module" if isinstance(obj, types.ModuleType) else "leaf"), obj
 
@@ -690,8 +708,7 @@ class _Checker(ast.NodeVisitor):
             self.flag(node, f"class member {name!r}: a class's private and dunder members (hooks Python and the "
                             "judge call: __torch_function__, __del__, __eq__, ...) are not allowed; only __init__")
         elif name in _forbidden_own_names() and name != "forward":
-            self.flag(node, f"class member {name!r}: a name torch's or triton's objects already have "
-                            "(it would stand in for theirs); call it something else")
+            self.flag(node, f"class member {name!r}: {_taken(name)}")
 
     # -- names -------------------------------------------------------------------------------------
     def _bind(self, node: ast.AST, name: str, imported: bool = False) -> None:
@@ -703,7 +720,7 @@ class _Checker(ast.NodeVisitor):
             self.flag(node, f"imports two different things as {name!r}: an imported name means one thing")
         if not imported and name in self.imports:
             self.flag(node, f"rebinds {name!r}, the name of an import: an imported name always means the import")
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and name in self.classes \
+        if name in self.classes and not isinstance(node, ast.Name) \
                 and not (isinstance(node, ast.ClassDef) and node.name == name and self.scope.kind == "module"):
             self.flag(node, f"rebinds {name!r}, the name of the candidate's class")
 
@@ -852,6 +869,11 @@ class _Checker(ast.NodeVisitor):
         else:
             called = isinstance(parent, ast.Call) and parent.func is node
             self._check_value_attribute(node, node.attr, called)
+            if node.attr == "type" and not called and not (
+                    (isinstance(node.value, ast.Attribute) and node.value.attr == "device")
+                    or (isinstance(parent, ast.Attribute) and parent.value is node)):
+                self.flag(node, "attribute 'type': only as x.device.type or x.type.<field> (Tensor.type(name) "
+                                "imports a module by name)")
         self.visit(node.value)
 
     def _store_attribute(self, node: ast.Attribute) -> None:
@@ -862,8 +884,7 @@ class _Checker(ast.NodeVisitor):
         elif node.attr.startswith("_"):
             self.flag(node, f"assigns to attribute {node.attr!r}: private and dunder attributes are not allowed")
         elif node.attr in _forbidden_own_names():
-            self.flag(node, f"assigns to attribute {node.attr!r}: a name torch's or triton's objects already have "
-                            "(it would stand in for theirs); call it something else")
+            self.flag(node, f"assigns to attribute {node.attr!r}: {_taken(node.attr)}")
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         if isinstance(node.ctx, (ast.Store, ast.Del)):
