@@ -157,6 +157,12 @@ def test_allowed_builtins():
     ("del torch\n", "rebinds 'torch'", "X = [1]\ndel X[0]\n"),
     ("import math as tl\n", "imports two different things as 'tl'", "import triton.language as tl\n"),
     ("M = torch\n", "uses the module torch as a value", "E = torch.empty\n"),
+    ("E = torch.cuda.Event\n", "uses the class torch.cuda.Event as a value",
+     "def f(x):\n    e = torch.cuda.Event(enable_timing=True)\n    return isinstance(x, (torch.Tensor, torch.nn.Module))\n"),
+    ("def f():\n    return torch.Tensor.type\n", "uses torch.Tensor.type: of a class, only",
+     "from triton.tools.tensor_descriptor import TensorDescriptor\ndef f(x):\n    return TensorDescriptor.from_tensor(x, [16, 16])\n"),
+    ("class A:\n    def __init__(self):\n        self.device = torch.Tensor\n", "uses the class torch.Tensor as a value",
+     "class A:\n    def __init__(self, x: torch.Tensor):\n        self.device = x.device\n"),
     ("def f():\n    return [torch][0].load('x')\n", "module torch as a value", "def f():\n    return [torch.float32][0]\n"),
     # the candidate's classes: never a value (their methods could then get a foreign self)
     ("class A:\n    def m(self):\n        return 1\ndef f():\n    return A.m(3)\n", "uses class A as a value",
@@ -194,6 +200,8 @@ def test_allowed_builtins():
     ("class A:\n    def m(self):\n        self._x = 1\n", "assigns to attribute '_x'", "class A:\n    def m(self):\n        self.x = 1\n"),
     ("def f(d):\n    d.x = 1\n", "patching objects", "def f(d):\n    d['x'] = 1\n"),
     # super: only bare, in a method
+    ("def f(x):\n    torch.nn.Module.__init__(x)\n", "only as nn.Module.__init__(self)",
+     "class A(torch.nn.Module):\n    def __init__(self):\n        torch.nn.Module.__init__(self)\n"),
     ("class A(torch.nn.Module):\n    def m(self, t):\n        return super(torch.nn.Module, t)\n", "super: only as super()",
      "from torch import nn\nclass A(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
      "class B(nn.Module):\n    def __init__(self):\n        nn.Module.__init__(self)\n"),
@@ -226,9 +234,11 @@ def test_imports_accepted():
              "import typing\nimport dataclasses\nfrom typing import Optional, Tuple\nfrom torch import nn, Tensor\n"
              "import torch.nn as nn2\nfrom triton.language.extra import libdevice\nfrom triton.language.extra.cuda import gdc_wait\n"
              "from triton.tools.tensor_descriptor import TensorDescriptor\nfrom triton import cdiv, next_power_of_2\n"
-             "X = (nn.Module, nn2.Parameter, Tensor, Optional, Tuple, libdevice.exp, gdc_wait, TensorDescriptor, cdiv,\n"
-             "     next_power_of_2, math.pi, functools.reduce, itertools.product, operator.add, typing.Any,\n"
-             "     dataclasses.field)\n")
+             "class M(nn.Module):\n"
+             "    def forward(self, x: Tensor, d: TensorDescriptor) -> Optional[Tuple[int, typing.Any]]:\n"
+             "        p = nn2.Parameter(torch.empty(1))\n"
+             "        return (libdevice.exp, gdc_wait, cdiv(3, 2), next_power_of_2(3), math.pi, p,\n"
+             "                functools.reduce(operator.add, [1]), list(itertools.product([1], [2])), dataclasses.field(default=1))\n")
 
 
 @pytest.mark.parametrize("expr", [

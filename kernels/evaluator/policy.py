@@ -131,6 +131,9 @@ RESTRICTED_CALLS = {  # qualified name: (most positional arguments, keywords all
     "functools.lru_cache": (2, frozenset({"maxsize", "typed"})),
     "triton.language.constexpr": (1, frozenset()),  # a literal only: see _literal
 }
+# Of a library class, the members a candidate may name (a constructor); a class's other attributes are
+# unbound methods, which take any object as self.
+CLASS_MEMBERS = frozenset({"from_tensor"})
 DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics", "functools.lru_cache",
                         "functools.cache", "dataclasses.dataclass", "torch.no_grad"})
 # Attribute names a candidate may use on values in its launcher: tensor views, copies, casts, shapes
@@ -355,6 +358,25 @@ def _kind(qualified: str) -> str | None:
     if root == "math" and rest and "." not in rest:
         return "leaf" if not isinstance(getattr(math, rest, None), (types.ModuleType, type(None))) else None
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _leaf_object(qualified: str):
+    """The object an allowed name stands for (None where it cannot be looked up here)."""
+    if qualified.startswith("triton.language."):
+        found = _triton_language(qualified)
+        return found[1] if found else None
+    parts = qualified.split(".")
+    try:
+        obj = importlib.import_module(parts[0])
+        for i, part in enumerate(parts[1:], start=2):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                obj = importlib.import_module(".".join(parts[:i]))
+    except Exception:  # noqa: BLE001 - not importable here: treated as a plain value
+        return None
+    return obj
 
 
 def _restricted(qualified: str) -> str | None:
@@ -750,16 +772,22 @@ class _Checker(ast.NodeVisitor):
             if not (isinstance(parent, ast.Call) and parent.func is node and not parent.args and not parent.keywords):
                 self.flag(node, "super: only as super() with no arguments, in a method of the candidate's class")
 
+    def _class_context(self, node: ast.AST) -> bool:
+        """Is a class named where a class belongs: called, derived from, an isinstance argument, an
+        annotation? Anywhere else it is a value, whose unbound methods take any object as self."""
+        parent = self.parents.get(node)
+        if isinstance(parent, ast.Tuple):
+            parent = self.parents.get(parent)
+        return bool(self.annotation
+                    or (isinstance(parent, ast.Call) and (parent.func is node or (
+                        isinstance(parent.func, ast.Name) and parent.func.id in ("isinstance", "issubclass"))))
+                    or isinstance(parent, ast.ClassDef))
+
     def _use_class(self, node: ast.Name, name: str) -> None:
         """The candidate's class: instantiated, derived from, tested with isinstance or read for a data
         attribute; never taken as a value (whose methods could then be called with a foreign self)."""
         parent = self.parents.get(node)
-        if isinstance(parent, ast.Tuple):
-            parent = self.parents.get(parent)
-        ok = (self.annotation
-              or (isinstance(parent, ast.Call) and (parent.func is node or (
-                  isinstance(parent.func, ast.Name) and parent.func.id in ("isinstance", "issubclass"))))
-              or isinstance(parent, ast.ClassDef)
+        ok = (self._class_context(node)
               or (isinstance(parent, ast.Attribute) and parent.value is node and parent.attr in self.classes[name]))
         if not ok:
             self.flag(node, f"uses class {name} as a value: a candidate's class may be instantiated, derived from, "
@@ -793,13 +821,31 @@ class _Checker(ast.NodeVisitor):
                 self.flag(node, _api_refusal(prefix))
                 return
             # a leaf: what follows is an attribute of a value
-            if qualified in TORCH_API:  # torch.nn.Module.__init__
+            if qualified == "torch.nn.Module.__init__":  # nn.Module.__init__(self), the old spelling of super()
+                call = self.parents.get(node)
+                if not (isinstance(call, ast.Call) and call.func is node and call.args
+                        and isinstance(call.args[0], ast.Name) and call.args[0].id == self._method_self()):
+                    self.flag(node, "nn.Module.__init__: only as nn.Module.__init__(self) in a method")
+                return
+            restricted = _restricted(prefix)
+            if restricted:
+                if i == len(parts):
+                    self._use_restricted(node, restricted)
+                else:
+                    self.flag(node, f"uses {qualified}: only {prefix}(...) itself")
+                return
+            if isinstance(_leaf_object(prefix), type):  # a library class: as the candidate's own classes
+                if i == len(parts) and not self._class_context(node):
+                    self.flag(node, f"uses the class {prefix} as a value: a class may be called, derived from, "
+                                    "tested with isinstance or named in an annotation")
+                elif i < len(parts) and parts[i] not in CLASS_MEMBERS:
+                    self.flag(node, f"uses {'.'.join(parts[:i + 1])}: of a class, only "
+                                    f"{', '.join(sorted(CLASS_MEMBERS))} (its methods take any object as self)")
+                for attr in parts[i + 1:]:
+                    self._check_value_attribute(node, attr, called=False)
                 return
             for attr in parts[i:]:
                 self._check_value_attribute(node, attr, called=False)
-            restricted = _restricted(prefix)
-            if restricted and i == len(parts):
-                self._use_restricted(node, restricted)
             return
         if not (isinstance(node, ast.Name) and isinstance(self.parents.get(node), (ast.Import, ast.ImportFrom))):
             self.flag(node, f"uses the module {qualified} as a value: name what you use from it ({qualified}.x)")
