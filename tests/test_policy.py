@@ -402,6 +402,8 @@ def test_policy_requires_the_entry_point_valid_syntax_and_a_bounded_size():
     assert any("syntax error" in str(v) for v in check_source("def kda(:\n", "kda"))
     big = HEADER + "X = 1\n" * (MAX_SOURCE_BYTES // 6) + "def kda():\n    pass\n"
     assert any("the limit is" in str(v) for v in check_source(big, "kda"))
+    deep = HEADER + "X = 1" + " + 1" * 1000 + "\ndef kda():\n    pass\n"  # one line, 1000 levels of BinOp
+    assert any("nests 201 levels deep" in str(v) for v in check_source(deep, "kda"))
 
 
 def test_runtime_module_check():

@@ -27,6 +27,7 @@ import types
 from dataclasses import dataclass
 
 MAX_SOURCE_BYTES = 256 * 1024
+MAX_NESTING = 200  # syntax-tree depth; honest kernel modules stay far below it
 
 # Third-party kernel libraries: wrapping one is not writing the kernel.
 BANNED_KERNEL_LIBRARIES = frozenset({
@@ -976,6 +977,16 @@ def _syntax(tree: ast.AST) -> list[PolicyViolation]:
     return sorted(out, key=lambda v: v.line)
 
 
+def _depth(tree: ast.AST) -> int:
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth <= MAX_NESTING:
+            stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
 def check_source(source: str, entry_point: str) -> list[PolicyViolation]:
     """Every policy violation in `source`, or [] if it may run."""
     if len(source.encode()) > MAX_SOURCE_BYTES:
@@ -984,9 +995,17 @@ def check_source(source: str, entry_point: str) -> list[PolicyViolation]:
         tree = ast.parse(source)
     except SyntaxError as exc:
         return [PolicyViolation(exc.lineno or 0, f"syntax error: {exc.msg}")]
+    except RecursionError:
+        return [PolicyViolation(0, "the source nests too deeply to parse")]
+    depth = _depth(tree)
+    if depth > MAX_NESTING:
+        return [PolicyViolation(0, f"the source nests {depth} levels deep; the limit is {MAX_NESTING}")]
     violations = _syntax(tree)
     checker = _Checker(tree)
-    checker.visit(tree)
+    try:
+        checker.visit(tree)
+    except RecursionError:
+        return [PolicyViolation(0, "the source nests too deeply to check")]
     violations += sorted(checker.violations, key=lambda v: v.line)
     violations += _vendored(source, tree)
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
