@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 MAX_SOURCE_BYTES = 256 * 1024
 MAX_NESTING = 200  # syntax-tree depth; honest kernel modules stay far below it
+MAX_REPORTED = 50  # refusals listed in a verdict
 
 # Third-party kernel libraries: wrapping one is not writing the kernel.
 BANNED_KERNEL_LIBRARIES = frozenset({
@@ -474,12 +475,11 @@ class _Scope:
 
 
 class _Checker(ast.NodeVisitor):
-    def __init__(self, tree: ast.Module) -> None:
+    def __init__(self, tree: ast.Module, nodes: list[ast.AST], parents: dict[ast.AST, ast.AST]) -> None:
         self.violations: list[PolicyViolation] = []
-        self.parents: dict[ast.AST, ast.AST] = {}
-        for node in ast.walk(tree):
-            for child in ast.iter_child_nodes(node):
-                self.parents[child] = node
+        self.seen: set[tuple[int, str]] = set()
+        self.nodes = nodes
+        self.parents = parents
         self.imports: dict[str, str] = {}  # local name -> qualified module or object
         self.import_conflicts: set[str] = set()  # names imported as two different things
         self.classes: dict[str, set[str]] = {}  # the candidate's class -> its constants (literal class attributes)
@@ -489,14 +489,15 @@ class _Checker(ast.NodeVisitor):
         self._collect(tree)
 
     def flag(self, node: ast.AST, message: str) -> None:
-        violation = PolicyViolation(getattr(node, "lineno", 0), message)
-        if not any(v.line == violation.line and v.message == violation.message for v in self.violations):
-            self.violations.append(violation)
+        key = (getattr(node, "lineno", 0), message)
+        if key not in self.seen:
+            self.seen.add(key)
+            self.violations.append(PolicyViolation(*key))
 
     # -- what the module defines -----------------------------------------------------------------
     def _collect(self, tree: ast.Module) -> None:
         forbidden = _forbidden_own_names()
-        for node in ast.walk(tree):
+        for node in self.nodes:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 self._collect_import(node)
         for node in tree.body:
@@ -511,7 +512,7 @@ class _Checker(ast.NodeVisitor):
                         data.update(names)  # a constant; never a method under another name
                     self.own.update(n for n in names if not n.startswith("_") and n not in forbidden)
                 self.classes[node.name] = data
-        for node in ast.walk(tree):
+        for node in self.nodes:
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
                 if not node.attr.startswith("_") and node.attr not in forbidden:
                     self.own.add(node.attr)
@@ -977,14 +978,20 @@ def _syntax(tree: ast.AST) -> list[PolicyViolation]:
     return sorted(out, key=lambda v: v.line)
 
 
-def _depth(tree: ast.AST) -> int:
+def _index(tree: ast.AST) -> tuple[list[ast.AST], dict[ast.AST, ast.AST], int]:
+    """Every node, each node's parent, and the tree's depth (walked no deeper than MAX_NESTING + 1)."""
+    nodes: list[ast.AST] = []
+    parents: dict[ast.AST, ast.AST] = {}
     deepest, stack = 0, [(tree, 1)]
     while stack:
         node, depth = stack.pop()
+        nodes.append(node)
         deepest = max(deepest, depth)
         if depth <= MAX_NESTING:
-            stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
-    return deepest
+            for child in ast.iter_child_nodes(node):
+                parents[child] = node
+                stack.append((child, depth + 1))
+    return nodes, parents, deepest
 
 
 def check_source(source: str, entry_point: str) -> list[PolicyViolation]:
@@ -997,17 +1004,19 @@ def check_source(source: str, entry_point: str) -> list[PolicyViolation]:
         return [PolicyViolation(exc.lineno or 0, f"syntax error: {exc.msg}")]
     except RecursionError:
         return [PolicyViolation(0, "the source nests too deeply to parse")]
-    depth = _depth(tree)
+    nodes, parents, depth = _index(tree)
     if depth > MAX_NESTING:
         return [PolicyViolation(0, f"the source nests {depth} levels deep; the limit is {MAX_NESTING}")]
     violations = _syntax(tree)
-    checker = _Checker(tree)
+    checker = _Checker(tree, nodes, parents)
     try:
         checker.visit(tree)
     except RecursionError:
         return [PolicyViolation(0, "the source nests too deeply to check")]
     violations += sorted(checker.violations, key=lambda v: v.line)
-    violations += _vendored(source, tree)
+    violations += _vendored(source, nodes)
+    if len(violations) > MAX_REPORTED:
+        violations = violations[:MAX_REPORTED] + [PolicyViolation(0, f"and {len(violations) - MAX_REPORTED} more")]
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     if entry_point not in defined:
@@ -1045,10 +1054,10 @@ VENDORED_HEADERS = ("Songlin Yang", "Yu Zhang", "flash-linear-attention", "fla-o
                     "SGLang Team", "vLLM Team", "vLLM project", "FlashInfer", "sgl-project", "vllm-project")
 
 
-def _vendored(source: str, tree: ast.Module) -> list[PolicyViolation]:
+def _vendored(source: str, nodes: list[ast.AST]) -> list[PolicyViolation]:
     """Source pasted in from a third-party kernel library: its identifiers and headers give it away."""
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Name):
             names.add(node.id)
         elif isinstance(node, ast.Attribute):
