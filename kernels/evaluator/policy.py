@@ -471,7 +471,6 @@ class _Scope:
     bound: set[str]
     jit: bool = False  # a @triton.jit function (and what it holds)
     method_self: str | None = None  # the first parameter of a method of the candidate's class
-    cls: str | None = None  # the class a method belongs to
 
 
 class _Checker(ast.NodeVisitor):
@@ -638,8 +637,7 @@ class _Checker(ast.NodeVisitor):
             self._class_member(node, node.name)
         params = [x.arg for x in a.posonlyargs + a.args]
         method_self = params[0] if in_class and params else None
-        scope = _Scope("function", _bound_names(node), jit=jit, method_self=method_self,
-                       cls=self.scopes[-1].cls if in_class else None)
+        scope = _Scope("function", _bound_names(node), jit=jit, method_self=method_self)
         for arg in a.posonlyargs + a.args + a.kwonlyargs + [x for x in (a.vararg, a.kwarg) if x]:
             self._bind(arg, arg.arg)
         if method_self:
@@ -708,7 +706,7 @@ class _Checker(ast.NodeVisitor):
                 continue  # the class's own name as a base: allowed
             self.visit(base)
         self._bind(node, node.name)
-        self.scopes.append(_Scope("class", set(), cls=node.name))
+        self.scopes.append(_Scope("class", set()))
         for item in node.body:
             if isinstance(item, ast.FunctionDef):
                 self.visit(item)
@@ -897,15 +895,11 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         parent = self.parents.get(node)
-        if isinstance(parent, ast.Attribute) and parent.value is node:
-            # an inner link of a chain: its outermost node checks the chain (but still visit the root)
-            pass
         qualified = self._qualified(node)
-        if qualified is not None:
+        if qualified is not None:  # a chain rooted at an import: its outermost link checks all of it
             if isinstance(node.ctx, (ast.Store, ast.Del)):
                 self.flag(node, f"assigns to {qualified}: patching imported modules is not allowed")
-                return
-            if not (isinstance(parent, ast.Attribute) and parent.value is node):
+            elif not (isinstance(parent, ast.Attribute) and parent.value is node):
                 self._use_qualified(node, qualified)
             return
         if (node.attr == "__init__" and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
@@ -942,12 +936,6 @@ class _Checker(ast.NodeVisitor):
             if isinstance(root, ast.Name) and root.id in self.imports:
                 self.flag(node, "assigns into an imported module's object: patching imported modules is not allowed")
         self.generic_visit(node)
-
-    def visit_Call(self, node: ast.Call) -> None:
-        self.generic_visit(node)
-
-    def visit_arg(self, node: ast.arg) -> None:
-        self._annotation(node.annotation)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self.visit(node.target)
