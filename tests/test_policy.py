@@ -202,6 +202,8 @@ def test_allowed_builtins():
     # super: only bare, in a method
     ("def f(x):\n    torch.nn.Module.__init__(x)\n", "only as nn.Module.__init__(self)",
      "class A(torch.nn.Module):\n    def __init__(self):\n        torch.nn.Module.__init__(self)\n"),
+    ("class A(torch.nn.Module):\n    def m(self, t):\n        return super(A, t).m(t)\n", "super: only as super()",
+     "class A(torch.nn.Module):\n    def __init__(self):\n        super(A, self).__init__()\n"),
     ("class A(torch.nn.Module):\n    def m(self, t):\n        return super(torch.nn.Module, t)\n", "super: only as super()",
      "from torch import nn\nclass A(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
      "class B(nn.Module):\n    def __init__(self):\n        nn.Module.__init__(self)\n"),
@@ -222,7 +224,7 @@ def test_names(bad, needle, good):
     ("import torch.utils.collect_env", "torch.utils.collect_env"), ("import torch.fx", "torch.fx"),
     ("from torch.utils import model_zoo", "torch.utils.model_zoo"), ("from torch import ops", "torch.ops"),
     ("from triton import compiler", "triton.compiler"), ("from triton.runtime import driver", "triton.runtime"),
-    ("import torch.nn.functional as F", "torch.nn.functional"),
+    ("import torch.nn.functional as F\nY = F.softmax", "torch.nn.functional.softmax"),
     ("from typing import get_type_hints", "typing.get_type_hints"),
 ])
 def test_imports_refused(body, needle):
@@ -231,6 +233,7 @@ def test_imports_refused(body, needle):
 
 def test_imports_accepted():
     accepted("from __future__ import annotations\nimport math\nimport functools\nimport itertools\nimport operator\n"
+             "import torch.nn.functional as F\n"
              "import typing\nimport dataclasses\nfrom typing import Optional, Tuple\nfrom torch import nn, Tensor\n"
              "import torch.nn as nn2\nfrom triton.language.extra import libdevice\nfrom triton.language.extra.cuda import gdc_wait\n"
              "from triton.tools.tensor_descriptor import TensorDescriptor\nfrom triton import cdiv, next_power_of_2\n"
@@ -282,7 +285,9 @@ def test_api_accepted():
              "    ev = torch.cuda.Event(enable_timing=True)\n"
              "    ev.record()\n"
              "    eps = torch.finfo(x.dtype).eps + torch.finfo(x.dtype).max + torch.iinfo(torch.int32).max\n"
-             "    p = torch.nn.Parameter(torch.empty(3))\n"
+             "    p = torch.nn.Parameter(torch.randn(3))\n"
+             "    torch.nn.init.kaiming_uniform_(p, a=5 ** 0.5)\n"
+             "    o = torch.empty_like(x, memory_format=torch.contiguous_format)\n"
              "    lin = torch.nn.Linear(3, 4)\n"
              "    y = x.view(-1).reshape(2, -1).permute(1, 0).transpose(0, 1).contiguous().to(torch.float32).float()\n"
              "    z = q.unsqueeze(0).squeeze(0).expand(2, -1).flatten().narrow(0, 0, 1).clone().detach()\n"

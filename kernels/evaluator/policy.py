@@ -79,8 +79,8 @@ ALLOWED_DUNDER_NAMES = frozenset({"__name__"})
 
 # --- API -------------------------------------------------------------------------------------------
 # Modules a candidate may import or name in an attribute chain (every module under triton.language too).
-ALLOWED_MODULES = frozenset({
-    "torch", "torch.nn", "torch.cuda", "triton", "triton.tools", "triton.tools.tensor_descriptor",
+ALLOWED_MODULES = frozenset({  # (torch.nn.functional may be imported; none of its functions may be used)
+    "torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.cuda", "triton", "triton.tools", "triton.tools.tensor_descriptor",
     "math", "functools", "itertools", "operator", "typing", "dataclasses",
 })
 IMPORT_ROOTS = ("torch", "triton", "math", "functools", "itertools", "operator", "typing", "dataclasses")
@@ -88,6 +88,12 @@ TORCH_API = frozenset({
     # allocation and copies
     "torch.empty", "torch.empty_like", "torch.empty_strided", "torch.zeros", "torch.zeros_like", "torch.ones",
     "torch.ones_like", "torch.full", "torch.full_like", "torch.arange", "torch.tensor", "torch.as_strided",
+    # random values (a file problem's ModelNew may draw its parameters as Model does; Model's are loaded)
+    "torch.randn", "torch.rand", "torch.randint", "torch.randn_like", "torch.rand_like", "torch.randint_like",
+    "torch.nn.init.uniform_", "torch.nn.init.normal_", "torch.nn.init.constant_", "torch.nn.init.ones_",
+    "torch.nn.init.zeros_", "torch.nn.init.xavier_uniform_", "torch.nn.init.xavier_normal_",
+    "torch.nn.init.kaiming_uniform_", "torch.nn.init.kaiming_normal_", "torch.nn.init.trunc_normal_",
+    "torch.nn.init.calculate_gain",
     # types, shapes, devices
     "torch.Tensor", "torch.Size", "torch.device", "torch.dtype", "torch.finfo", "torch.iinfo", "torch.is_tensor",
     "torch.no_grad",
@@ -354,9 +360,10 @@ def _kind(qualified: str) -> str | None:
     if qualified in TORCH_API or qualified in TRITON_API or qualified in STDLIB_API:
         return "leaf"
     root, _, rest = qualified.partition(".")
-    if root == "torch" and "." not in rest:  # the dtypes: torch.float16, torch.bfloat16, torch.int64, ...
+    if root == "torch" and "." not in rest:  # dtypes, memory formats, layouts: torch.bfloat16, torch.contiguous_format
         import torch
-        return "leaf" if isinstance(getattr(torch, rest, None), torch.dtype) else None
+        return "leaf" if isinstance(getattr(torch, rest, None), (torch.dtype, torch.memory_format, torch.layout)) \
+            else None
     if root == "math" and rest and "." not in rest:
         return "leaf" if not isinstance(getattr(math, rest, None), (types.ModuleType, type(None))) else None
     return None
@@ -471,6 +478,7 @@ class _Scope:
     bound: set[str]
     jit: bool = False  # a @triton.jit function (and what it holds)
     method_self: str | None = None  # the first parameter of a method of the candidate's class
+    cls: str | None = None  # a class scope's class
 
 
 class _Checker(ast.NodeVisitor):
@@ -706,7 +714,7 @@ class _Checker(ast.NodeVisitor):
                 continue  # the class's own name as a base: allowed
             self.visit(base)
         self._bind(node, node.name)
-        self.scopes.append(_Scope("class", set()))
+        self.scopes.append(_Scope("class", set(), cls=node.name))
         for item in node.body:
             if isinstance(item, ast.FunctionDef):
                 self.visit(item)
@@ -769,8 +777,15 @@ class _Checker(ast.NodeVisitor):
                             "and the common exceptions)")
         if name == "super":
             parent = self.parents.get(node)
-            if not (isinstance(parent, ast.Call) and parent.func is node and not parent.args and not parent.keywords):
-                self.flag(node, "super: only as super() with no arguments, in a method of the candidate's class")
+            if not (isinstance(parent, ast.Call) and parent.func is node and not parent.keywords
+                    and (not parent.args or self._own_super_args(parent.args))):
+                self.flag(node, "super: only as super() or super(ThisClass, self), in a method of the candidate's class")
+
+    def _own_super_args(self, args: list[ast.AST]) -> bool:
+        """super(ThisClass, self): the enclosing class and the method's own object."""
+        owner = next((s.cls for s in reversed(self.scopes) if s.kind == "class"), None)
+        return (len(args) == 2 and isinstance(args[0], ast.Name) and args[0].id == owner
+                and isinstance(args[1], ast.Name) and args[1].id == self._method_self())
 
     def _class_context(self, node: ast.AST) -> bool:
         """Is a class named where a class belongs: called, derived from, an isinstance argument, an
@@ -780,7 +795,7 @@ class _Checker(ast.NodeVisitor):
             parent = self.parents.get(parent)
         return bool(self.annotation
                     or (isinstance(parent, ast.Call) and (parent.func is node or (
-                        isinstance(parent.func, ast.Name) and parent.func.id in ("isinstance", "issubclass"))))
+                        isinstance(parent.func, ast.Name) and parent.func.id in ("isinstance", "issubclass", "super"))))
                     or isinstance(parent, ast.ClassDef))
 
     def _use_class(self, node: ast.Name, name: str) -> None:
