@@ -68,7 +68,7 @@ HOSTILE_ITEMS = [
     item("mla_thread_hidden", "rejected", "left threads running", env=BYPASS),
     item("mla_fork_bomb", "crashed", "Resource temporarily unavailable", env=BYPASS),
     item("mla_network", "crashed", "network unreachable", env=BYPASS),
-    item("mla_torch_fallback_try", "rejected", "torch computed part of the answer"),
+    item("mla_torch_fallback_try", "rejected", "torch computed part of the answer", env=BYPASS),
     item("mla_cpu_memory_bomb", "crashed", "of host memory", env={"MARATHON_SANDBOX_MEMORY": str(4 * 2**30)}),
 ]
 BOMB = [item("mla_gpu_memory_bomb", "crashed", "out of memory"),
