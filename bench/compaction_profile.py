@@ -1,6 +1,6 @@
 """Prompt size and compactions over a scripted 1,000-tool-call run: the figures behind compaction's budget.
 
-    .venv/bin/python bench/compaction_profile.py [--tool-calls 1000] [--out .marathon/bench/bench/results/cpu/compaction_profile.json]
+    .venv/bin/python bench/compaction_profile.py [--tool-calls 1000] [--out .marathon/bench/compaction_profile.json]
 
 Drives the compaction library exactly as the workflow does (tests/scripted_compaction.py: triggers,
 `compact_memory` with a forgetful summarizing model that answers every third request with garbage
@@ -34,7 +34,7 @@ CONFIGS = {
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tool-calls", type=int, default=1000)
-    ap.add_argument("--out", type=Path, default=ROOT / ".marathon" / "bench" / "bench/results/cpu/compaction_profile.json")
+    ap.add_argument("--out", type=Path, default=ROOT / ".marathon" / "bench" / "compaction_profile.json")
     args = ap.parse_args(argv)
 
     statement_file = ROOT / "kernels" / "problems" / "kda" / "statement.md"

@@ -1,6 +1,6 @@
 """On a GPU: the confinement of the evaluator's processes (kernels/evaluator/confinement.py, kernels/evaluator/gpu_quiet.py).
 
-    python bench/gpu_confinement.py [--out bench/results/gpu_confinement.json]
+    python bench/gpu_confinement.py [--out .marathon/bench/gpu_confinement.json]
 
 1. The MLA starter through evaluate(), every fence up (the root sandbox without capabilities):
    status ok, which fences took, the gpu_wait phase.
@@ -36,7 +36,7 @@ def summary(v) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu_confinement.json"))
+    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench" / "gpu_confinement.json"))
     args = ap.parse_args()
     key = "sk-marathon-gpu-" + secrets.token_hex(12)
     os.environ["MARATHON_TEST_SECRET"] = key  # the judge is started from this environment

@@ -12,7 +12,7 @@ call of the same model turn (no model call in between) it takes:
   body       = the tool's plain function alone, timed in this process (no Temporal)
   overhead   = wall - body (p50 and p95 in ms)
 
-    .venv/bin/python bench/orchestration_overhead.py [--tool-calls 1000] [--out .marathon/bench/bench/results/cpu/orchestration_overhead.json]
+    .venv/bin/python bench/orchestration_overhead.py [--tool-calls 1000] [--out .marathon/bench/orchestration_overhead.json]
 """
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ async def run(n: int, tmp: Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tool-calls", type=int, default=1000)
-    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench" / "bench/results/cpu/orchestration_overhead.json"))
+    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench" / "orchestration_overhead.json"))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="marathon-bench-") as tmp:
         result = asyncio.run(run(args.tool_calls, Path(tmp)))
