@@ -20,11 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from kernels.evaluator.confinement import make_non_dumpable
+from kernels.evaluator.evaluate import evaluate, request_for
 
-from kernels.evaluator.confinement import make_non_dumpable  # noqa: E402
-from kernels.evaluator.evaluate import evaluate, request_for  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 HOG = "import torch, time\nx = torch.ones(1 << 20, device='cuda')\nprint('ready', flush=True)\ntime.sleep(600)\n"
 

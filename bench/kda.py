@@ -33,14 +33,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from kernels.evaluator.evaluate import EvalRequest, evaluate, request_for
+from kernels.evaluator.judge import compare
+from kernels.evaluator.hostinfo import host_facts
+from kernels.problems.spec import get_problem
+from kernels.problems.tunables import read_tunables, with_config
 
-from kernels.evaluator.evaluate import EvalRequest, evaluate, request_for  # noqa: E402
-from kernels.evaluator.judge import compare  # noqa: E402
-from kernels.evaluator.hostinfo import host_facts  # noqa: E402
-from kernels.problems.spec import get_problem  # noqa: E402
-from kernels.problems.tunables import read_tunables, with_config  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PROBLEM = "kda"
 TUNED_PATH = ROOT / "kernels" / "problems" / "kda" / "tuned.py"
