@@ -313,7 +313,7 @@ def eval_kernel(kernel: str, out_dir: Path, device: str, config: dict | None, ba
     first = None
     if verdict.status == "crashed" and "cudaGetDeviceCount" in (verdict.log_tail or ""):
         # the sandbox's OS fences (network namespace, Landlock, seccomp) have stopped CUDA from
-        # starting on these machines before: an evaluator problem, not the kernel's. Judge again with
+        # starting on a GPU host before: an evaluator problem, not the kernel's. Judge again with
         # them off, and keep the first verdict beside the second.
         print(f"{kernel}: the sandbox could not start CUDA; judging again with its OS fences off", flush=True)
         first = json.loads(verdict.model_dump_json())
