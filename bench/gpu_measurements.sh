@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The project's named GPU measurements, for any CUDA host with the project's dependencies installed.
 # Usage: bash bench/gpu_measurements.sh OUT_DIR MEASUREMENT [MEASUREMENT ...]   (--help: this text)
-# Each measurement writes under OUT_DIR and is bounded by `timeout` to fit a 10-minute slot, so several
-# can share one machine booking. MARATHON_GPU_SETUP, if set, is a command run first to prepare the
-# environment (e.g. installing bundled wheels on a host without network). What the committed figures
-# came from: bench/results/h200/README.md.
+# Each measurement writes under OUT_DIR and is bounded by `timeout` to under 10 minutes, so one that hangs
+# never holds the GPU for the ones after it. MARATHON_GPU_SETUP, if set, is a command run first to prepare
+# the environment (e.g. `bash .offline-bundle/install.sh` on a host without network: deploy/README.md).
+# What the committed figures came from: bench/results/h200/README.md.
 #   integrity      the whole GPU half of the hostile suite (honest controls first), then the KDA tuned
 #                  kernel against FLA's chunk_kda at the three headline shapes, in one evaluation
 #   lowp           the MLA precision-downcast hostile item alone (with the control)

@@ -28,12 +28,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from kernels.evaluator.evaluate import EvalRequest
+from kernels.problems.spec import get_problem, resolve_kernel
+from kernels.evaluator.verdict import Verdict
 
-from kernels.evaluator.evaluate import EvalRequest  # noqa: E402
-from kernels.problems.spec import get_problem, resolve_kernel  # noqa: E402
-from kernels.evaluator.verdict import Verdict  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 HOSTILE = ROOT / "tests" / "hostile"
 BYPASS = {"MARATHON_UNSAFE_SKIP_POLICY": "1"}

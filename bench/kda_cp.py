@@ -26,7 +26,6 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 TUNED_PATH = ROOT / "kernels" / "problems" / "kda" / "tuned.py"
 # changes to the shipped CONFIG; "off" is today's kernel without segments, the yardstick

@@ -47,7 +47,6 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from kernels.evaluator.evaluate import EvalRequest, evaluate, request_for  # noqa: E402
 from kernels.evaluator.judge import compare  # noqa: E402
@@ -56,7 +55,7 @@ from kernels.problems.spec import get_problem  # noqa: E402
 from kernels.problems.tunables import read_tunables, with_config  # noqa: E402
 
 PROBLEM = "mla_decode"
-PEAK_HBM = 4.3e12  # bytes/s: a device-to-device copy on this workplace's H200s (kernels/evaluator/roofline.py)
+PEAK_HBM = 4.3e12  # bytes/s: a device-to-device copy measured on an H200 (kernels/evaluator/roofline.py)
 BENCH = {"B": 1, "H": 64, "S": 8192}
 EXTRA = {"B": 32, "H": 128, "S": 8192}
 SETS = {"bench": [BENCH], "extra": [EXTRA], "headline": [BENCH, EXTRA],

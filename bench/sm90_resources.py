@@ -20,7 +20,6 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 # MLA: BLOCK_H,BLOCK_N,warps,stages[,tokens[,prefetch]] (tokens 1: FORM "tokens", the transposed products;
 # prefetch: PREFETCH, tiles ahead asked of L2)
@@ -40,7 +39,7 @@ def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int 
     pointer torch allocates; integer arguments that are multiples of 16). The launcher specializes on
     this, and without it the counts are those of another kernel: the KDA preparation compiled without
     it had 792 B of spills and scalar loads, with it 40 B and 128-bit loads, and its 7,840
-    instructions are exactly those ncu listed on the H200 (ncu_kda_prep_sass_h200.csv.gz @fd1a659).
+    instructions are exactly those ncu listed on the H200 (kernels/problems/kda/NOTES.md, "Per instruction").
     keep_cubin: also write the cubin there (bench/ncu_sass_lines.py reads its line table)."""
     import triton
     from triton.backends.compiler import GPUTarget

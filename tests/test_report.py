@@ -21,7 +21,7 @@ import pytest
 from serving.dev_server import DevServer
 from activities.artifacts import ArtifactStore
 from docs.report_screenshot import browser, dump_dom, screenshot
-from fake_openai import FakeOpenAI, completion, error
+from serving.scripted_model import FakeOpenAI, completion, error
 from kernels.problems.spec import resolve_problem
 from marathon_support import ROOT, STARTER_MLA, mla_variant, mla_wrong, queues, start, workers
 from reports import local

@@ -18,9 +18,9 @@ import pytest
 from temporalio.client import WorkflowFailureError
 
 import worker as worker_module
-from fake_openai import FakeOpenAI, completion
-from marathon_support import (ROOT, mla_variant, mla_wrong, queues, spawn_worker, start, stop_process, wait_running,
-                              workers)
+from serving.scripted_model import FakeOpenAI, completion
+from marathon_support import ROOT, mla_variant, mla_wrong, queues, start, workers
+from serving.chaos import spawn_worker, stop_process, wait_running
 from reports.collect import collect
 from reports.render import render_md
 from workflows import names

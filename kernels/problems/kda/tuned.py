@@ -413,7 +413,7 @@ def _scan_chunks(w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr, S, n0, n1, 
         tl.store(o_ptr + o_base + r[:, None].to(tl.int64) * (H * V) + offs_v[None, :],
                  o.to(o_ptr.dtype.element_ty), mask=omask)
         # (the state's product before the output's, which the next chunk does not wait on, measured
-        # slower on the H200: 227 against 178 us, kda_forms_tune.json @32a721a)
+        # slower on the H200: 227 against 178 us, kernels/problems/kda/NOTES.md, "Measured and dropped")
         S = tl.dot(tl.trans(kd), u, acc=S * gl[:, None])
     return S
 
@@ -423,7 +423,7 @@ def _scan_chunks(w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr, S, n0, n1, 
 # (one chunk, T = 17..64: rel err 0.26 to 1.25; NT >= 2, fp32 and the 8-warp scan were right;
 # kernels/problems/kda/NOTES.md, "one-chunk sequences").
 # Unspecialized, one compile serves every NT; its sm_90 SASS is the one the headline shapes ran before
-# (NT marked divisible by 16 or not: the same instructions, kda_scan_sm90_resources.json @238725e).
+# (NT marked divisible by 16 or not: the same instructions; kernels/problems/kda/NOTES.md, "Fix").
 @triton.jit(do_not_specialize=["NT"])
 def _kda_scan(
     w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr,
