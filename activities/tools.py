@@ -9,7 +9,7 @@ import ast
 import difflib
 
 from activities.artifacts import ArtifactStore, capped
-from kernels.problems.spec import get_problem, resolve_kernel
+from kernels.problems.spec import get_problem
 from kernels.problems.tunables import TunablesError, read_tunables
 from workflows.models import (Attempt, EditInput, ListInput, NoteInput, PrepareInput, RunSetup, ShowInput,
                               SourceRef, ToolResult, WriteInput)
@@ -134,8 +134,12 @@ def prepare(inp: PrepareInput, store: ArtifactStore) -> RunSetup:
     spec = get_problem(inp.problem, inp.problem_source)
     if inp.source is not None:
         label, source = (inp.kernel if inp.kernel and inp.kernel != "starter" else "inline"), inp.source
+    elif inp.kernel in spec.shipped_kernels:  # a name only: this worker reads no file an input names
+        label, source = inp.kernel, spec.kernel_path(inp.kernel).read_text()
     else:
-        label, source = resolve_kernel(spec, inp.kernel)
+        shipped = f"its shipped kernels: {', '.join(spec.shipped_kernels)}" if spec.shipped_kernels else "it ships none"
+        raise ValueError(f"kernel: {inp.kernel!r} is not a shipped kernel of {spec.name} ({shipped}); a kernel "
+                         f"of your own travels as its text in `source`")
     try:
         statement = spec.statement
     except OSError:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import json
-import math
 from datetime import timedelta
 from typing import Any
 
@@ -35,15 +34,18 @@ with workflow.unsafe.imports_passed_through():
     from compaction.summarize import clip_transcript
     from compaction.text import one_line
     from kernels.problems.tunables import TunablesError, with_config
-    from workflows import names
+    from workflows import limits, names
     from workflows.models import (AgentLine, AgentNews, AgentRole, AgentTurnInput, AgentTurnResult, Attempt,
                                   BestKernel, BestReport, EvalDigest,
                                   EditInput, EvalInput, EvalResult, Extension, Fault, ListInput, NotebookEntry,
                                   describe_invalid,
-                                  NoteInput, PrepareInput, RunReport, RunSetup, RunSpec, RunState, RunStatus,
-                                  ShowInput, SourceRef, ToolCallRecord, ToolResult, TunerTrial, WriteInput)
+                                  NoteInput, PrepareInput, RecordedVerdict, RunReport, RunSetup, RunSpec, RunState,
+                                  RunStatus, ShowInput, SourceRef, ToolCallRecord, ToolResult, TunerTrial,
+                                  VerdictLookup, WriteInput)
     from workflows.toolspec import TOOLS, parse_call
     from workflows.tuner import config_key, next_config, space_size
+    from workflows.yardstick import beats as _beats
+    from workflows.yardstick import geomean_latency as _geomean_latency
 
 KEEP_TURNS = 4  # turns kept verbatim after a compaction,
 KEEP_FRACTION = 0.3  # at most this share of the context budget (so compaction does not thrash)
@@ -85,6 +87,23 @@ def _parse_update(model: type[BaseModel], raw: Any, name: str) -> Any:
         raise ValueError(f"bad {name} payload: {describe_invalid(err)}") from None
 
 
+def _parse_signal(model: type[BaseModel], raw: Any, name: str) -> Any:
+    """A signal's payload, validated as an update's is (anyone who can reach the server can send one), or
+    None: a malformed or oversized signal is dropped, with a warning in the worker's log."""
+    try:
+        size = len(json.dumps(raw, default=str))
+    except (TypeError, ValueError):
+        size = limits.MAX_SIGNAL_BYTES + 1
+    if size > limits.MAX_SIGNAL_BYTES:
+        workflow.logger.warning(f"dropped a {name} signal of {size} bytes (at most {limits.MAX_SIGNAL_BYTES})")
+        return None
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        workflow.logger.warning(f"dropped a {name} signal: {describe_invalid(err)}")
+        return None
+
+
 def _text_arg(raw: Any, name: str, limit: int) -> str:
     if not isinstance(raw, str):
         raise ValueError(f"bad {name} payload: a string is needed (got {type(raw).__name__})")
@@ -93,22 +112,8 @@ def _text_arg(raw: Any, name: str, limit: int) -> str:
     return raw
 
 
-def _geomean_latency(verdict: Any) -> float | None:
-    lat = [r.latency_us for r in verdict.shapes if r.latency_us] if verdict is not None else []
-    return round(math.exp(sum(math.log(x) for x in lat) / len(lat)), 3) if lat else None
-
-
-def _beats(speedup: float | None, latency: float | None, cur_speedup: float | None, cur_latency: float | None) -> bool:
-    """The workflow's yardstick for a best kernel: higher speedup wins, or lower latency without baselines."""
-    if speedup is not None and cur_speedup is not None:
-        return speedup > cur_speedup
-    if cur_speedup is None and cur_latency is None:
-        return speedup is not None or latency is not None
-    return cur_latency is not None and latency is not None and latency < cur_latency
-
-
-MAX_HINT_CHARS = 8000  # a hint lives in the history and in every later prompt
-MAX_STOP_REASON_CHARS = 500
+MAX_HINT_CHARS = limits.MAX_HINT_CHARS
+MAX_STOP_REASON_CHARS = limits.MAX_STOP_REASON_CHARS
 
 
 @workflow.defn(name=names.WORKFLOW_TYPE)
@@ -161,6 +166,7 @@ class KernelOptimization:
         self.step = "finished"
         await self._notebook(f"finished: {st.stop_reason}; {self._best_line()}; {st.tool_calls} tool calls, "
                              f"{len(st.attempts)} attempts, {st.segment} continue-as-new, {st.compactions} compactions")
+        self.fault = None  # nothing is being retried any more, whatever a signal said
         self._upsert_search_attributes(force=True)
         self._details()
         return self._report()
@@ -280,13 +286,26 @@ class KernelOptimization:
         st.tool_calls += sum(line.tool_calls for line in st.agents)
         st.turns += sum(r.turns for _, r in lines_reports if r is not None)
         winner = None
+        verify = workflow.patched(names.PATCH_VERIFIED_BESTS)
         for line, r in lines_reports:
             if r is not None and r.best is not None and _beats(r.best.speedup, _geomean_latency(r.best.verdict),
                                                                st.best.speedup if st.best else None,
                                                                self._best_latency() if st.best else None):
-                st.best = BestKernel(attempt=r.best.attempt, source=SourceRef(sha256=r.best.sha256, text=r.best.source),
-                                     verdict=r.best.verdict, speedup=r.best.speedup)
-                winner = line.agent
+                if not verify:
+                    st.best = BestKernel(attempt=r.best.attempt, source=SourceRef(sha256=r.best.sha256, text=r.best.source),
+                                         verdict=r.best.verdict, speedup=r.best.speedup)
+                    winner = line.agent
+                    continue
+                found = await self._recorded_verdict(r.best.sha256)
+                if found is None:
+                    await self._notebook(f"agent {line.agent}'s best (its attempt {r.best.attempt}) is not among the "
+                                         f"verdicts this run's evaluations recorded: not taken")
+                    continue
+                if _beats(found.digest.speedup, found.digest.latency_us, st.best.speedup if st.best else None,
+                          self._best_latency() if st.best else None):
+                    st.best = BestKernel(attempt=r.best.attempt, source=found.source, verdict=found.verdict,
+                                         speedup=found.digest.speedup)
+                    winner = line.agent
         if winner is not None:
             await self._notebook(f"the best kernel is agent {winner}'s attempt {st.best.attempt}")
         st.stop_reason = f"{n} agents finished: " + "; ".join(f"agent {x.agent}: {_short(x.status, 80)}" for x in st.agents)
@@ -312,18 +331,66 @@ class KernelOptimization:
             except Exception:  # the run is gone (terminated): the agent goes on alone
                 pass
 
+    def _run_ids(self) -> list[str]:
+        """The workflow ids whose evaluations count as this run's own: the run and its agents."""
+        info = workflow.info()
+        if self.spec.agent is not None and info.parent is not None:
+            run, n = info.parent.workflow_id, self.spec.agent.of
+        else:
+            run, n = info.workflow_id, self.spec.agents
+        return [run] + [f"{run}/agent-{i}" for i in range(1, n + 1)] if n > 1 else [run]
+
+    async def _recorded_verdict(self, sha256: str | None) -> RecordedVerdict | None:
+        """The best ok profile of a source that this run's own evaluations recorded (FIND_VERDICT), or None."""
+        st, spec = self.state, self.spec
+        if sha256 is None or st.setup is None:
+            return None
+        try:
+            found: RecordedVerdict = await workflow.execute_activity(
+                names.FIND_VERDICT, VerdictLookup(workflow_ids=self._run_ids(), problem=st.setup.problem,
+                                                  problem_source=spec.problem_source, settings=spec.eval,
+                                                  source_sha256=sha256, inline_cap=spec.inline_source_cap),
+                result_type=RecordedVerdict, **self._opts(f"look up the recorded verdict of {sha256[:12]}"))
+        except ActivityError as err:
+            await self._notebook(f"cannot look up the verdict of {sha256[:12]}: {_short(str(err.cause or err), 200)}")
+            return None
+        return found if found.verdict is not None and found.digest is not None and found.source is not None else None
+
+    async def _verified(self, news: AgentNews) -> AgentNews | None:
+        """A claimed best as this run's own evaluations recorded it (their verdict, speedup, source and
+        CONFIG, none of the claim's), or None when they recorded no ok profile of its source."""
+        found = await self._recorded_verdict(news.source.sha256 if news.source is not None else None)
+        if found is None:
+            await self._notebook(f"ignored a best claimed for agent {news.agent}: no evaluation of this run recorded "
+                                 f"an ok profile of its source")
+            return None
+        sp = f" at {found.digest.speedup:.3g}x" if found.digest.speedup is not None else ""
+        return news.model_copy(update={"source": found.source, "verdict": found.verdict, "config": found.config,
+                                       "speedup": found.digest.speedup,
+                                       "line": f"new best{sp} (verdict recorded by {found.workflow_id})"})
+
     @workflow.signal(name=names.AGENT_NEWS_SIGNAL)
     async def agent_news(self, raw: Any) -> None:
-        try:
-            news = AgentNews.model_validate(raw)
-        except ValidationError:
+        news = _parse_signal(AgentNews, raw, names.AGENT_NEWS_SIGNAL)
+        if news is None:
             return
         st = self.state
+        verify = workflow.patched(names.PATCH_VERIFIED_BESTS)
         if self.spec.agent is None:  # the run: note it and pass it on
             if news.kind in ("best", "failure"):
+                if verify and self.spec.agents == 1:
+                    return  # a run without agents hears from none
+                if verify and news.kind == "best":
+                    news = await self._verified(news)
+                    if news is None:
+                        return
                 await self._notebook(f"agent {news.agent}: {_short(news.line, 200)}")
                 await self._tell_agents(news)
             return
+        if news.kind == "best" and verify:
+            news = await self._verified(news)
+            if news is None:
+                return
         if news.kind == "best":
             cur = st.shared_best
             if cur is None or _beats(news.speedup, _geomean_latency(news.verdict), cur.speedup,
@@ -923,9 +990,8 @@ class KernelOptimization:
     async def activity_fault(self, raw: Any) -> None:
         """An activity's attempt failed and Temporal retries it: show what fails and since when; the first
         failure of a streak goes into the notebook."""
-        try:
-            fault = Fault.model_validate(raw)
-        except ValidationError:
+        fault = _parse_signal(Fault, raw, names.FAULT_SIGNAL)
+        if fault is None:
             return
         cur = self.fault
         same = cur is not None and cur.activity == fault.activity and cur.since == fault.since
@@ -1074,11 +1140,18 @@ class KernelOptimization:
 
     def _extend(self, ext: Extension) -> None:
         st = self.state
-        st.budget_hours += ext.hours
-        st.budget_tool_calls += ext.tool_calls
+        st.budget_hours = min(st.budget_hours + ext.hours, limits.MAX_HOURS)
+        st.budget_tool_calls = min(st.budget_tool_calls + ext.tool_calls, limits.MAX_TOOL_CALLS)
         if ext.target_speedup is not None:
             st.target_speedup = ext.target_speedup
 
     @extend.validator
     def _validate_extend(self, ext: Any) -> None:
-        _parse_update(Extension, ext, "extend")  # Extension's constraints: it adds, never takes away
+        e: Extension = _parse_update(Extension, ext, "extend")  # Extension's constraints: it adds, never takes away
+        st = self.state
+        if st.budget_hours + e.hours > limits.MAX_HOURS:
+            raise ValueError(f"bad extend payload: hours: the budget would be {st.budget_hours + e.hours:.6g} h, "
+                             f"at most {limits.MAX_HOURS:g}")
+        if st.budget_tool_calls + e.tool_calls > limits.MAX_TOOL_CALLS:
+            raise ValueError(f"bad extend payload: tool_calls: the budget would be {st.budget_tool_calls + e.tool_calls}, "
+                             f"at most {limits.MAX_TOOL_CALLS}")

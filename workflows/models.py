@@ -8,14 +8,18 @@ Everything here crosses the Temporal boundary as JSON (temporalio.contrib.pydant
 Pure pydantic: no torch, triton or openai, so the workflow sandbox can import it."""
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from compaction.memory import AttemptDigest, Memory
 from kernels.evaluator.verdict import Verdict
-from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
+from workflows import limits as L
+from workflows.names import ACTIVITY_NAMES, COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
 
 Policy = Literal["llm", "tuner"]
 EVAL_MODES = {COMPILE_KERNEL: "compile", TEST_KERNEL: "test", PROFILE_KERNEL: "full"}
@@ -26,6 +30,27 @@ EVAL_MODES = {COMPILE_KERNEL: "compile", TEST_KERNEL: "test", PROFILE_KERNEL: "f
 # that breaks one (failing at once, naming the field), and the CLI builds its spec through them too.
 class _Input(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)  # an infinite or NaN budget or timeout is a typo
+
+
+# What names a problem, a kernel or a task queue: a name, never a path. A workflow input names a shipped
+# problem or kernel, or carries a file's text (`problem_source`, `source`): the worker reads no file a
+# workflow input names (the CLI reads the user's files and sends their text).
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+
+
+def check_name(value: str, carried_by: str) -> str:
+    if not value:
+        raise ValueError("a name is needed")
+    if "/" in value or "\\" in value or value.startswith(("~", ".")) or not _NAME.fullmatch(value):
+        raise ValueError(f"a name (letters, digits, _ . + -), not a path: {carried_by}")
+    return value
+
+
+Seconds = Annotated[float, Field(gt=0, le=L.MAX_TIMEOUT_S)]
+HeartbeatSeconds = Annotated[float, Field(gt=0, le=L.MAX_HEARTBEAT_S)]
+Name = Annotated[str, Field(max_length=L.MAX_NAME_CHARS)]
+SourceText = Annotated[str, Field(max_length=L.MAX_SOURCE_CHARS)]
+Dimension = Annotated[int, Field(ge=1, le=L.MAX_DIMENSION)]
 
 
 def describe_invalid(err: ValidationError, prefix: str = "") -> str:
@@ -44,16 +69,16 @@ def describe_invalid(err: ValidationError, prefix: str = "") -> str:
 class ModelSettings(_Input):
     """Where the model lives. The key is never here: `api_key_env` names the environment variable of
     the worker process that holds it, read only inside the model activity."""
-    model: str = ""  # empty: no model configured (the run uses the tuner)
-    base_url: str | None = None  # any OpenAI-compatible endpoint; None: api.openai.com
-    api_key_env: str = "OPENAI_API_KEY"
-    temperature: float | None = Field(default=None, ge=0)
-    max_tokens: int | None = Field(default=8192, ge=1)
-    request_timeout_s: float = Field(default=600.0, gt=0)  # one HTTP request; Temporal retries a timeout
-    tool_choice: str = "auto"
-    extra_body: dict[str, Any] = Field(default_factory=dict)  # vendor extras (vLLM, SGLang, ...)
-    retry_initial_s: float = Field(default=2.0, gt=0)  # Temporal's backoff for 408/409/429/5xx/timeouts
-    retry_max_s: float = Field(default=300.0, gt=0)  # (a retry-after header overrides the interval)
+    model: str = Field(default="", max_length=200)  # empty: no model configured (the run uses the tuner)
+    base_url: str | None = Field(default=None, max_length=2000)  # any OpenAI-compatible endpoint; None: api.openai.com
+    api_key_env: str = Field(default="OPENAI_API_KEY", pattern=r"^([A-Za-z_][A-Za-z0-9_]{0,127})?$")
+    temperature: float | None = Field(default=None, ge=0, le=L.MAX_TEMPERATURE)
+    max_tokens: int | None = Field(default=8192, ge=1, le=L.MAX_TOKENS)
+    request_timeout_s: Seconds = 600.0  # one HTTP request; Temporal retries a timeout
+    tool_choice: str = Field(default="auto", max_length=200)
+    extra_body: dict[str, Any] = Field(default_factory=dict, max_length=64)  # vendor extras (vLLM, SGLang, ...)
+    retry_initial_s: Seconds = 2.0  # Temporal's backoff for 408/409/429/5xx/timeouts
+    retry_max_s: Seconds = 300.0  # (a retry-after header overrides the interval)
 
     @property
     def configured(self) -> bool:
@@ -61,69 +86,94 @@ class ModelSettings(_Input):
 
 
 class Budgets(_Input):
-    hours: float = Field(default=24.0, gt=0)
-    max_tool_calls: int = Field(default=1000, ge=1)
-    target_speedup: float | None = Field(default=None, gt=0)  # stop once the best kernel reaches this speedup
+    hours: float = Field(default=24.0, gt=0, le=L.MAX_HOURS)
+    max_tool_calls: int = Field(default=1000, ge=1, le=L.MAX_TOOL_CALLS)
+    # stop once the best kernel reaches this speedup
+    target_speedup: float | None = Field(default=None, gt=0, le=L.MAX_SPEEDUP)
 
 
 class EvalSettings(_Input):
     device: Literal["auto", "cpu", "cuda"] = "auto"  # of the GPU worker
     shapes: Literal["smoke", "bench", "sweep"] | None = None  # smoke | bench | sweep; None: smoke on the CPU, bench on CUDA
-    shape_list: list[dict[str, int]] = Field(default_factory=list)  # explicit shapes instead of a set
-    timeout_s: float = Field(default=600.0, gt=0)  # wall clock for one candidate's process
-    seeds: int = Field(default=3, ge=1)
-    reps: int | None = Field(default=None, ge=1)
+    # explicit shapes instead of a set
+    shape_list: list[dict[Name, Dimension]] = Field(default_factory=list, max_length=L.MAX_SHAPES)
+    timeout_s: Seconds = 600.0  # wall clock for one candidate's process
+    seeds: int = Field(default=3, ge=1, le=L.MAX_SEEDS)
+    reps: int | None = Field(default=None, ge=1, le=L.MAX_REPS)
     baselines: bool = True
     ncu: bool = True  # Nsight Compute metrics on profile_kernel, where the GPU worker has ncu (evaluation.ncu_path)
     # a dead GPU worker's evaluation moves elsewhere after this (the evaluator heartbeats every 2 s)
-    heartbeat_timeout_s: float = Field(default=10.0, gt=0)
-    max_attempts: int = Field(default=3, ge=1)  # infrastructure retries of one evaluation
+    heartbeat_timeout_s: HeartbeatSeconds = 10.0
+    max_attempts: int = Field(default=3, ge=1, le=L.MAX_ATTEMPTS)  # infrastructure retries of one evaluation
     # tuner: configurations profiled at once. Set it to the number of GPU workers serving the run's
     # GPU queue (`marathon dev --gpus auto` starts one per GPU); each takes one evaluation at a time.
-    parallel: int = Field(default=1, ge=1, le=64)
+    parallel: int = Field(default=1, ge=1, le=L.MAX_PARALLEL)
     # after the run, the best kernel tested (correctness only) on the problem's sweep shapes by a CUDA
     # worker: the run's evaluations see their shapes and one random probe each
     sweep_best: bool = True
 
 
 class RunSpec(_Input):
-    """The workflow input. Only `problem` is required."""
-    problem: str
+    """The workflow input. Only `problem` is required. Nothing in it names a file on the worker: a
+    problem and a kernel are shipped names, or travel as their text."""
+    problem: Name  # a shipped problem's name; with `problem_source`, the file problem's name
     # a KernelBench-format problem file's source (kernels/problems/kernelbench.py): the problem travels by value,
     # so every evaluation, a resumed run and a scheduled one judge exactly what was submitted
-    problem_source: str | None = None
-    kernel: str = "starter"  # a shipped kernel of the problem; ignored when `source` is given
-    source: str | None = None  # inline starting source
+    problem_source: SourceText | None = None
+    # a shipped kernel of the problem; with `source`, the starting kernel's label (e.g. its file's name)
+    kernel: Name = "starter"
+    source: SourceText | None = None  # the starting kernel's source text
     policy: Policy | None = None  # None: `llm` when a model is configured, else `tuner`
     model: ModelSettings = Field(default_factory=ModelSettings)
     budgets: Budgets = Field(default_factory=Budgets)
     eval: EvalSettings = Field(default_factory=EvalSettings)
-    hints: list[str] = Field(default_factory=list)  # the user's hints, given at start
+    # the user's hints, given at start
+    hints: list[Annotated[str, Field(max_length=L.MAX_HINT_CHARS)]] = Field(default_factory=list, max_length=L.MAX_HINTS)
     memory: Memory | None = None  # start from an earlier run's memory (e.g. a tuner run's report)
     # compaction
-    compact_every: int = Field(default=40, ge=1)  # tool calls between compactions
-    context_budget: int = Field(default=48000, ge=1)  # tokens a prompt may use
+    compact_every: int = Field(default=40, ge=1, le=L.MAX_TURNS)  # tool calls between compactions
+    context_budget: int = Field(default=48000, ge=1, le=L.MAX_TOKENS)  # tokens a prompt may use
     # bounded history
-    continue_as_new_every: int = Field(default=150, ge=1)  # turns (model turns or tuner steps) per run segment
-    max_history_bytes: int = Field(default=2_000_000, ge=1)  # continue-as-new once a segment's history passes this
-    max_state_bytes: int = Field(default=800_000, ge=1)  # at continue-as-new, older ledger entries and evaluations are pruned past this
-    inline_source_cap: int = Field(default=32768, ge=1)  # larger sources travel as artifact keys
-    tool_output_cap: int = Field(default=6000, ge=1)  # characters of a tool result in history; the rest in the artifact store
-    max_source_bytes: int = Field(default=200_000, ge=1)  # write_kernel refuses larger sources
-    max_idle_turns: int = Field(default=5, ge=1)  # consecutive model turns without a tool call that end the run
+    continue_as_new_every: int = Field(default=150, ge=1, le=L.MAX_TURNS)  # turns (model turns or tuner steps) per run segment
+    # continue-as-new once a segment's history passes this
+    max_history_bytes: int = Field(default=2_000_000, ge=1, le=L.MAX_HISTORY_BYTES)
+    # at continue-as-new, older ledger entries and evaluations are pruned past this
+    max_state_bytes: int = Field(default=800_000, ge=1, le=L.MAX_STATE_BYTES)
+    inline_source_cap: int = Field(default=32768, ge=1, le=L.MAX_SOURCE_CHARS)  # larger sources travel as artifact keys
+    # characters of a tool result in history; the rest in the artifact store
+    tool_output_cap: int = Field(default=6000, ge=1, le=L.MAX_SOURCE_CHARS)
+    max_source_bytes: int = Field(default=200_000, ge=1, le=L.MAX_SOURCE_CHARS)  # write_kernel refuses larger sources
+    max_idle_turns: int = Field(default=5, ge=1, le=L.MAX_TURNS)  # consecutive model turns without a tool call that end the run
     # plumbing
-    gpu_task_queue: str = "marathon-gpu"
-    tool_timeout_s: float = Field(default=120.0, gt=0)
+    gpu_task_queue: Name = "marathon-gpu"
+    tool_timeout_s: Seconds = 120.0
     # control activities (the model, the tools) heartbeat: one lost with its worker is retried after this
-    heartbeat_timeout_s: float = Field(default=5.0, gt=0)
+    heartbeat_timeout_s: HeartbeatSeconds = 5.0
     search_attributes: bool = True  # upsert MarathonProblem/Policy/BestSpeedup/ToolCalls
     # islands: agents > 1 runs that many agents as child workflows of this run, each with its own context
     # and memory and a share of the tool calls, sharing the best kernel and the failures through this run
-    agents: int = Field(default=1, ge=1, le=64)
+    agents: int = Field(default=1, ge=1, le=L.MAX_AGENTS)
     # set by the parent on an agent's own spec: which agent it is. Leave it out.
     agent: AgentRole | None = None
     # set by the workflow when it continues as new: the run's state so far. Leave it out.
     carry: RunState | None = None
+
+    @field_validator("problem")
+    @classmethod
+    def _problem_is_a_name(cls, value: str) -> str:
+        return check_name(value, "a shipped problem's name, or a problem file's text in problem_source "
+                                 "(the CLI reads a file for you)")
+
+    @field_validator("kernel")
+    @classmethod
+    def _kernel_is_a_name(cls, value: str) -> str:
+        return check_name(value, "a shipped kernel's name, or a kernel's text in source (the CLI reads a file "
+                                 "for you)")
+
+    @field_validator("gpu_task_queue")
+    @classmethod
+    def _queue_is_a_name(cls, value: str) -> str:
+        return check_name(value, "a task queue's name")
 
     def resolved_policy(self) -> Policy:
         if self.policy is not None:
@@ -145,8 +195,8 @@ class RunSpec(_Input):
 
 class AgentRole(BaseModel):
     """An island: agent `index` (1-based) of `of`, a child workflow of the run that shares through it."""
-    index: int = Field(ge=1)
-    of: int = Field(ge=2)
+    index: int = Field(ge=1, le=L.MAX_AGENTS)
+    of: int = Field(ge=2, le=L.MAX_AGENTS)
 
 
 # ------------------------------------------------------------------------------------------ state
@@ -253,9 +303,9 @@ class RunState(BaseModel):
     policy: Policy = "tuner"
     started_at: datetime | None = None
     paused_s: float = 0.0  # time spent paused does not count against the hours budget
-    budget_hours: float = 24.0
-    budget_tool_calls: int = 1000
-    target_speedup: float | None = None
+    budget_hours: float = Field(default=24.0, ge=0, le=L.MAX_HOURS)
+    budget_tool_calls: int = Field(default=1000, ge=0, le=L.MAX_TOOL_CALLS)
+    target_speedup: float | None = Field(default=None, gt=0, le=L.MAX_SPEEDUP)
     tool_calls: int = 0
     turns: int = 0
     segment: int = 0  # continue-as-new hops so far
@@ -293,23 +343,28 @@ class RunState(BaseModel):
 
 
 class Extension(_Input):
-    """An `extend` update's payload: it adds to the budgets, never takes away."""
-    hours: float = Field(default=0.0, ge=0)
-    tool_calls: int = Field(default=0, ge=0)
-    target_speedup: float | None = Field(default=None, gt=0)
+    """An `extend` update's payload: it adds to the budgets, never takes away (and never past the
+    bounds: the `extend` update also refuses one that would take a total past them)."""
+    hours: float = Field(default=0.0, ge=0, le=L.MAX_HOURS)
+    tool_calls: int = Field(default=0, ge=0, le=L.MAX_TOOL_CALLS)
+    target_speedup: float | None = Field(default=None, gt=0, le=L.MAX_SPEEDUP)
 
 
-class AgentNews(BaseModel):
+class AgentNews(_Input):
     """What an agent tells the run (and the run its other agents): a new best kernel, a failure worth not
-    repeating, or (from the run) a stop, a hint, a pause, a resume or an extension (its share)."""
-    agent: int = 0  # 0: the run itself
+    repeating, or (from the run) a stop, a hint, a pause, a resume or an extension (its share).
+
+    A signal: anyone who can reach the server can send one, so it is validated as an update is, and a
+    `best` is a claim only. Its verdict and speedup are never believed: the receiver looks up the
+    verdict that this run's own evaluations recorded for the source's SHA-256 (FIND_VERDICT)."""
+    agent: int = Field(default=0, ge=0, le=L.MAX_AGENTS)  # 0: the run itself
     kind: Literal["best", "failure", "stop", "hint", "pause", "resume", "extend"]
     extension: Extension | None = None
-    line: str = ""
+    line: str = Field(default="", max_length=L.MAX_HINT_CHARS)
     source: SourceRef | None = None
     verdict: Verdict | None = None
-    speedup: float | None = None
-    config: dict[str, Any] | None = None
+    speedup: float | None = Field(default=None, ge=0, le=L.MAX_SPEEDUP)
+    config: dict[str, Any] | None = Field(default=None, max_length=64)
 
 
 class AgentLine(BaseModel):
@@ -329,12 +384,14 @@ RunState.model_rebuild()
 RunSpec.model_rebuild()
 
 
-class Fault(BaseModel):
+class Fault(_Input):
     """An activity attempt that failed and will be retried: what failed, since when (the activity's
-    first scheduling), how often so far. Activities send it (FAULT_SIGNAL); the workflow shows it."""
-    activity: str
-    attempt: int
-    message: str
+    first scheduling), how often so far. Activities send it (FAULT_SIGNAL); the workflow shows it until
+    that activity's call ends, or the run does. A signal: validated, bounded, and only about one of the
+    run's own activities."""
+    activity: Literal[ACTIVITY_NAMES]  # type: ignore[valid-type]
+    attempt: int = Field(ge=1, le=1_000_000)
+    message: str = Field(max_length=1000)
     since: datetime
 
     def line(self, now: datetime) -> str:
@@ -487,3 +544,36 @@ class NoteInput(BaseModel):
 class NotebookEntry(BaseModel):
     workflow_id: str
     line: str
+
+
+# ------------------------------------------------------------------------------ recorded verdicts
+def verdict_scope(problem: str, problem_source: str | None, settings: EvalSettings) -> str:
+    """What a verdict is comparable within: the problem (a file problem by its text) and the settings
+    that decide what is judged (device, shapes, seeds, reps, baselines). The evaluation activity files
+    an ok profile under it; a claimed best is looked up under the run's own."""
+    key = {"problem": problem,
+           "problem_source": hashlib.sha256(problem_source.encode()).hexdigest() if problem_source else None,
+           "device": settings.device, "shapes": settings.shapes, "shape_list": settings.shape_list,
+           "seeds": settings.seeds, "reps": settings.reps, "baselines": settings.baselines}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+class VerdictLookup(BaseModel):
+    """FIND_VERDICT's input: the ok profiles of `source_sha256` that the evaluations of these workflows
+    (the run and its agents) recorded under the run's scope."""
+    workflow_ids: list[str]
+    problem: str
+    problem_source: str | None = None
+    settings: EvalSettings
+    source_sha256: str
+    inline_cap: int = 32768
+
+
+class RecordedVerdict(BaseModel):
+    """The best recorded verdict found for a source (None everywhere when there is none), with the source
+    as the store holds it: nothing of the claim that asked is in it."""
+    workflow_id: str | None = None  # whose evaluation recorded it
+    source: SourceRef | None = None
+    verdict: Verdict | None = None
+    digest: EvalDigest | None = None
+    config: dict[str, Any] | None = None  # the source's own CONFIG, when it declares TUNABLES

@@ -14,6 +14,9 @@ PREPARE_RUN = "prepare_run"
 AGENT_TURN = "agent_turn"
 COMPACT = "compact"  # activities/compaction.py
 NOTEBOOK = "notebook"  # a local activity: one line of the lab notebook
+# the verdict this run's own evaluations recorded for a source (islands: a best an agent claims is taken
+# only once it is found there)
+FIND_VERDICT = "find_verdict"
 WRITE_KERNEL, EDIT_KERNEL, SHOW_KERNEL, LIST_ATTEMPTS, NOTE = (
     "write_kernel", "edit_kernel", "show_kernel", "list_attempts", "note")
 # activities on GPU_TASK_QUEUE
@@ -22,11 +25,14 @@ COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL = "compile_kernel", "test_kernel", "
 TOOL_NAMES = (WRITE_KERNEL, EDIT_KERNEL, COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL, SHOW_KERNEL, LIST_ATTEMPTS,
               NOTE)
 EVAL_TOOLS = (COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL)
+ACTIVITY_NAMES = (PREPARE_RUN, AGENT_TURN, COMPACT, NOTEBOOK, FIND_VERDICT, *TOOL_NAMES)
 
 # workflow.patched() ids: histories recorded before a change replay without it
 PATCH_SWEEP_BEST = "sweep-check-of-the-best"
 PATCH_FAULT_REPORTS = "fault-reports"  # a failed tool call in the notebook; a refused API key ends the run
 PATCH_CONCURRENT_EVALS = "concurrent-evaluations"  # a reply's evaluation calls run at once, up to eval.parallel
+# islands: a best another agent claims is looked up among the run's recorded verdicts before it is taken
+PATCH_VERIFIED_BESTS = "bests-verified-against-recorded-verdicts"
 
 # the signal an activity sends its workflow when an attempt failed and Temporal will retry it
 FAULT_SIGNAL = "activity_fault"
