@@ -27,6 +27,7 @@ from kernels.problems.tunables import TunablesError, read_tunables
 from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
 from workflows.models import (EVAL_MODES, EvalDigest, EvalInput, EvalResult, RecordedVerdict, SourceRef, VerdictLookup,
                               verdict_scope)
+from workflows.labels import kv, shape_label
 from workflows.yardstick import beats, geomean_latency
 
 NCU_METRICS = {
@@ -47,7 +48,9 @@ NCU_METRICS = {
 BASELINES = BaselineCache(float(os.environ.get("MARATHON_BASELINE_TTL_S", DEFAULT_TTL_S)))
 
 
-def request_for(inp: EvalInput, source: str, cache: BaselineCache | None = None) -> EvalRequest:
+def eval_request(inp: EvalInput, source: str, cache: BaselineCache | None = None) -> EvalRequest:
+    """The evaluator's request for an activity's input (kernels.evaluator.evaluate.request_for makes one
+    for a shipped kernel's name or a file, as the CLI has them)."""
     s = inp.settings
     mode = EVAL_MODES[inp.tool]
     # a file problem's baselines are never shared: another file may carry the same name
@@ -57,10 +60,6 @@ def request_for(inp: EvalInput, source: str, cache: BaselineCache | None = None)
                        shape_set=None if s.shape_list else s.shapes, shapes=s.shape_list,
                        mode=mode, timeout_s=s.timeout_s, seeds=s.seeds, reps=s.reps,
                        baselines=s.baselines, known_baselines=known)
-
-
-def _fmt_shape(shape: dict[str, int]) -> str:
-    return ",".join(f"{k}={v}" for k, v in shape.items())
 
 
 def digest(tool: str, verdict: Verdict, artifact: str | None) -> EvalDigest:
@@ -87,7 +86,7 @@ def describe(tool: str, attempt: int, verdict: Verdict, ncu: dict | None = None)
              + (f", {verdict.gpu.name}" if verdict.gpu else "") + f", {verdict.elapsed_s:.1f} s)",
              verdict.reason]
     for r in verdict.shapes:
-        parts = [f"  {_fmt_shape(r.shape)}: " + ("correct" if r.correct else "NOT correct")]
+        parts = [f"  {shape_label(r.shape)}: " + ("correct" if r.correct else "NOT correct")]
         if r.rel_err is not None:
             parts.append(f"rel_err {r.rel_err:.2e}")
         if r.latency_us is not None:
@@ -109,7 +108,7 @@ def describe(tool: str, attempt: int, verdict: Verdict, ncu: dict | None = None)
     lines += [f"  flag: {f}" for f in verdict.flags]
     if ncu:
         lines.append("  Nsight Compute: " + "; ".join(
-            f"{k}: " + ", ".join(f"{m}={v}" for m, v in vals.items()) for k, vals in ncu.items()))
+            f"{k}: " + kv(vals, ", ") for k, vals in ncu.items()))
     if verdict.status != "ok" and verdict.log_tail.strip():
         lines += ["candidate output (tail):", verdict.log_tail.strip()[-2500:]]
     return "\n".join(lines)
@@ -184,7 +183,7 @@ def run_eval(inp: EvalInput, store: ArtifactStore, heartbeat: Callable[[], None]
     activity) an ok profile is also recorded worker-side under the source's SHA-256, where the run finds
     it again when someone claims that source as a best (find_verdict)."""
     source = source_text(inp.source, store)
-    req = request_for(inp, source, cache)
+    req = eval_request(inp, source, cache)
     verdict = evaluate(req, heartbeat=heartbeat, judge_grace_s=600.0)
     if cache is not None and inp.problem_source is None:
         cache.learn(inp.problem, inp.settings.device, verdict)

@@ -6,9 +6,9 @@ import argparse
 
 from kernels.problems.spec import PROBLEM_NAMES, parse_shape, resolve_problem
 from workflows import limits as L
+from workflows.names import GPU_TASK_QUEUE
 
 SERVER_WAIT_S = 600.0  # a restart of `marathon dev` takes seconds, a machine's reboot minutes
-TASK_QUEUE, GPU_TASK_QUEUE = "marathon", "marathon-gpu"  # workflows/names.py (not imported: eval stays light)
 
 
 class Parser(argparse.ArgumentParser):

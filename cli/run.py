@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import ADDRESS, SECONDS, SERVER_WAIT_S, TASK_QUEUE, _add_spec_flags, _state_dir, spec_from_args
+from cli.args import ADDRESS, SECONDS, SERVER_WAIT_S, _add_spec_flags, _state_dir, spec_from_args
 from cli.server import ServerGone, while_server_up, why
 from cli.tables import run_report_table
 from kernels.problems.spec import ShapeError
+from workflows.names import TASK_QUEUE
 
 
 async def _pause(stop, seconds: float) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import ADDRESS, TASK_QUEUE, _add_spec_flags, spec_from_args
+from cli.args import ADDRESS, _add_spec_flags, spec_from_args
 from kernels.problems.spec import ShapeError
+from workflows.names import TASK_QUEUE
 
 
 async def _schedule_async(args: argparse.Namespace, spec) -> int:

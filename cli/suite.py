@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import ADDRESS, TASK_QUEUE, _add_spec_flags, _state_dir, spec_from_args
+from cli.args import ADDRESS, _add_spec_flags, _state_dir, spec_from_args
 from cli.run import start
 from cli.server import why
 from cli.tables import suite_report_table
+from workflows.names import TASK_QUEUE
 
 
 def suite_spec_from_args(args: argparse.Namespace):

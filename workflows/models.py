@@ -1,4 +1,7 @@
-"""The run models, in one module the workflow, the activities, the workers and the CLI all import.
+"""The run models, in one module the workflow, the activities, the workers and the CLI all import: the
+run's input (`RunSpec`) and carried state (`RunState`) are defined here, their parts in
+workflows/inputs.py (settings), workflows/records.py (state pieces, signals), workflows/outcome.py
+(status, report) and workflows/activity_io.py (activity inputs and outputs), all importable from here.
 
 Everything here crosses the Temporal boundary as JSON (temporalio.contrib.pydantic's converter), and
 `RunSpec` is the workflow's input: a person can type it into `temporal workflow start --input`, e.g.
@@ -8,109 +11,30 @@ Everything here crosses the Temporal boundary as JSON (temporalio.contrib.pydant
 Pure pydantic: no torch, triton or openai, so the workflow sandbox can import it."""
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from compaction.memory import AttemptDigest, Memory
-from kernels.evaluator.verdict import Verdict
 from workflows import limits as L
-from workflows.names import ACTIVITY_NAMES, COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
+from workflows.activity_io import (EVAL_MODES, AgentTurnInput, AgentTurnResult, EditInput, EvalInput, EvalResult,
+                                   ListInput, NotebookEntry, NoteInput, PrepareInput, RecordedVerdict, ShowInput,
+                                   ToolResult, VerdictLookup, WriteInput, verdict_scope)
+from workflows.inputs import (AgentRole, Budgets, EvalSettings, Extension, HeartbeatSeconds, ModelSettings, Name,
+                              Policy, Seconds, SourceText, _Input, check_name, describe_invalid)
+from workflows.outcome import BestReport, RunReport, RunStatus
+from workflows.records import (AgentLine, AgentNews, Attempt, EvalDigest, Fault, RunBest, RunSetup, SourceRef,
+                               TokenUsage, ToolCallRecord, TunerState, TunerTrial)
 
-Policy = Literal["llm", "tuner"]
-EVAL_MODES = {COMPILE_KERNEL: "compile", TEST_KERNEL: "test", PROFILE_KERNEL: "full"}
-
-
-# ------------------------------------------------------------------------------------------ input
-# The constraints below are the one place the run's numbers are checked: the workflow refuses a spec
-# that breaks one (failing at once, naming the field), and the CLI builds its spec through them too.
-class _Input(BaseModel):
-    model_config = ConfigDict(allow_inf_nan=False)  # an infinite or NaN budget or timeout is a typo
-
-
-# What names a problem, a kernel or a task queue: a name, never a path. A workflow input names a shipped
-# problem or kernel, or carries a file's text (`problem_source`, `source`): the worker reads no file a
-# workflow input names (the CLI reads the user's files and sends their text).
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
-
-
-def check_name(value: str, carried_by: str) -> str:
-    if not value:
-        raise ValueError("a name is needed")
-    if "/" in value or "\\" in value or value.startswith(("~", ".")) or not _NAME.fullmatch(value):
-        raise ValueError(f"a name (letters, digits, _ . + -), not a path: {carried_by}")
-    return value
-
-
-Seconds = Annotated[float, Field(gt=0, le=L.MAX_TIMEOUT_S)]
-HeartbeatSeconds = Annotated[float, Field(gt=0, le=L.MAX_HEARTBEAT_S)]
-Name = Annotated[str, Field(max_length=L.MAX_NAME_CHARS)]
-SourceText = Annotated[str, Field(max_length=L.MAX_SOURCE_CHARS)]
-Dimension = Annotated[int, Field(ge=1, le=L.MAX_DIMENSION)]
-
-
-def describe_invalid(err: ValidationError, prefix: str = "") -> str:
-    """One line naming each bad field and what is wrong with it, e.g.
-    `budgets.hours: Input should be greater than 0 (got -1)`."""
-    parts = []
-    for e in err.errors():
-        where = prefix + ".".join(str(x) for x in e["loc"]) if e["loc"] else (prefix.rstrip(".") or "input")
-        got = repr(e["input"])
-        msg = e["msg"].removeprefix("Value error, ")  # a validator's own sentence
-        got = f" (got {got[:60]})" if not isinstance(e["input"], dict) else ""
-        parts.append((f"{where}: " if e["loc"] or prefix else "") + msg + got)
-    return "; ".join(parts)
-
-
-class ModelSettings(_Input):
-    """Where the model lives. The key is never here: `api_key_env` names the environment variable of
-    the worker process that holds it, read only inside the model activity."""
-    model: str = Field(default="", max_length=200)  # empty: no model configured (the run uses the tuner)
-    base_url: str | None = Field(default=None, max_length=2000)  # any OpenAI-compatible endpoint; None: api.openai.com
-    api_key_env: str = Field(default="OPENAI_API_KEY", pattern=r"^([A-Za-z_][A-Za-z0-9_]{0,127})?$")
-    temperature: float | None = Field(default=None, ge=0, le=L.MAX_TEMPERATURE)
-    max_tokens: int | None = Field(default=8192, ge=1, le=L.MAX_TOKENS)
-    request_timeout_s: Seconds = 600.0  # one HTTP request; Temporal retries a timeout
-    tool_choice: str = Field(default="auto", max_length=200)
-    extra_body: dict[str, Any] = Field(default_factory=dict, max_length=64)  # vendor extras (vLLM, SGLang, ...)
-    retry_initial_s: Seconds = 2.0  # Temporal's backoff for 408/409/429/5xx/timeouts
-    retry_max_s: Seconds = 300.0  # (a retry-after header overrides the interval)
-
-    @property
-    def configured(self) -> bool:
-        return bool(self.model)
-
-
-class Budgets(_Input):
-    hours: float = Field(default=24.0, gt=0, le=L.MAX_HOURS)
-    max_tool_calls: int = Field(default=1000, ge=1, le=L.MAX_TOOL_CALLS)
-    # stop once the best kernel reaches this speedup
-    target_speedup: float | None = Field(default=None, gt=0, le=L.MAX_SPEEDUP)
-
-
-class EvalSettings(_Input):
-    device: Literal["auto", "cpu", "cuda"] = "auto"  # of the GPU worker
-    shapes: Literal["smoke", "bench", "sweep"] | None = None  # smoke | bench | sweep; None: smoke on the CPU, bench on CUDA
-    # explicit shapes instead of a set
-    shape_list: list[dict[Name, Dimension]] = Field(default_factory=list, max_length=L.MAX_SHAPES)
-    timeout_s: Seconds = 600.0  # wall clock for one candidate's process
-    seeds: int = Field(default=3, ge=1, le=L.MAX_SEEDS)
-    reps: int | None = Field(default=None, ge=1, le=L.MAX_REPS)
-    baselines: bool = True
-    ncu: bool = True  # Nsight Compute metrics on profile_kernel, where the GPU worker has ncu (evaluation.ncu_path)
-    # a dead GPU worker's evaluation moves elsewhere after this (the evaluator heartbeats every 2 s)
-    heartbeat_timeout_s: HeartbeatSeconds = 10.0
-    max_attempts: int = Field(default=3, ge=1, le=L.MAX_ATTEMPTS)  # infrastructure retries of one evaluation
-    # tuner: configurations profiled at once. Set it to the number of GPU workers serving the run's
-    # GPU queue (`marathon dev --gpus auto` starts one per GPU); each takes one evaluation at a time.
-    parallel: int = Field(default=1, ge=1, le=L.MAX_PARALLEL)
-    # after the run, the best kernel tested (correctness only) on the problem's sweep shapes by a CUDA
-    # worker: the run's evaluations see their shapes and one random probe each
-    sweep_best: bool = True
+__all__ = [  # the parts, re-exported: one import for every model
+    "EVAL_MODES", "AgentTurnInput", "AgentTurnResult", "EditInput", "EvalInput", "EvalResult", "ListInput",
+    "NotebookEntry", "NoteInput", "PrepareInput", "RecordedVerdict", "ShowInput", "ToolResult", "VerdictLookup",
+    "WriteInput", "verdict_scope", "AgentRole", "Budgets", "EvalSettings", "Extension", "ModelSettings", "Policy",
+    "check_name", "describe_invalid", "BestReport", "RunReport", "RunStatus", "AgentLine", "AgentNews", "Attempt",
+    "EvalDigest", "Fault", "RunBest", "RunSetup", "SourceRef", "TokenUsage", "ToolCallRecord", "TunerState",
+    "TunerTrial", "RunSpec", "RunState",
+]
 
 
 class RunSpec(_Input):
@@ -193,110 +117,6 @@ class RunSpec(_Input):
         return self
 
 
-class AgentRole(BaseModel):
-    """An island: agent `index` (1-based) of `of`, a child workflow of the run that shares through it."""
-    index: int = Field(ge=1, le=L.MAX_AGENTS)
-    of: int = Field(ge=2, le=L.MAX_AGENTS)
-
-
-# ------------------------------------------------------------------------------------------ state
-class SourceRef(BaseModel):
-    """A kernel source: inline up to RunSpec.inline_source_cap, otherwise only its artifact key."""
-    sha256: str
-    text: str | None = None
-    lines: int = 0
-
-
-class EvalDigest(BaseModel):
-    """One evaluation of an attempt, small enough to keep a thousand of."""
-    tool: str
-    mode: str
-    status: str
-    reason: str
-    speedup: float | None = None  # Verdict.best_speedup(): worst shape against the strongest baseline
-    baseline: str | None = None  # the baseline that speedup is against
-    speedups: dict[str, float] = Field(default_factory=dict)  # per baseline, its worst shape
-    latency_us: float | None = None  # geometric mean over shapes
-    roofline_pct: float | None = None  # the lowest over shapes
-    artifact: str | None = None  # the full verdict JSON in the artifact store
-    tool_call: int = 0
-
-
-class Attempt(BaseModel):
-    """One candidate kernel: written, edited, configured by the tuner, or the starting kernel."""
-    n: int
-    origin: Literal["start", "write", "edit", "tuner", "shared"]  # shared: another agent's best, taken over
-    parent: int | None = None
-    sha256: str
-    lines: int = 0
-    config: dict[str, Any] | None = None  # its CONFIG, when it declares TUNABLES
-    evals: list[EvalDigest] = Field(default_factory=list)
-    tool_call: int = 0  # the tool call that created it
-
-    @property
-    def status(self) -> str:
-        return self.evals[-1].status if self.evals else "unevaluated"
-
-    def best_eval(self) -> EvalDigest | None:
-        oks = [e for e in self.evals if e.status == "ok" and e.mode == "full"]
-        return max(oks, key=lambda e: e.speedup or 0.0) if oks else None
-
-
-class BestKernel(BaseModel):
-    attempt: int
-    source: SourceRef
-    verdict: Verdict  # the full verdict, in `marathon eval --json` form
-    speedup: float | None = None
-    tool_call: int = 0
-
-
-class ToolCallRecord(BaseModel):
-    """The ledger of every tool call that completed, in order: seq is 1, 2, 3, ... with no gaps."""
-    seq: int
-    tool: str
-    call_id: str = ""  # the model's tool_call id (or the tuner's)
-    attempt: int | None = None
-    ok: bool = True  # False: the tool answered with an error (bad arguments, edit not found, ...)
-    summary: str = ""
-
-
-class TokenUsage(BaseModel):
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    max_prompt_tokens: int = 0
-
-
-class TunerTrial(BaseModel):
-    """One configuration the tuner wrote (and, unless writing failed, profiled)."""
-    key: str  # canonical JSON of the config
-    config: dict[str, Any]
-    attempt: int | None = None
-    status: str = "pending"  # a verdict status, "pending" (written, not yet profiled) or "write_failed"
-    latency_us: float | None = None
-    speedup: float | None = None
-
-
-class TunerState(BaseModel):
-    trials: list[TunerTrial] = Field(default_factory=list)
-    exhausted: bool = False
-
-
-class RunSetup(BaseModel):
-    """What the prepare activity resolves once, at the start: the workflow never reads files."""
-    problem: str
-    entry_point: str
-    statement: str
-    kernel_label: str
-    start: SourceRef
-    device: str
-    shape_set: str | None
-    shapes: list[dict[str, int]]
-    baselines: list[str]
-    tunables: dict[str, list[Any]] | None = None
-    config: dict[str, Any] | None = None
-
-
 class RunState(BaseModel):
     """Everything a run carries across continue-as-new."""
     setup: RunSetup | None = None
@@ -313,7 +133,7 @@ class RunState(BaseModel):
     attempts: list[Attempt] = Field(default_factory=list)
     current: int | None = None  # the attempt compile/test/profile act on
     current_source: SourceRef | None = None
-    best: BestKernel | None = None
+    best: RunBest | None = None
     best_sweep: EvalDigest | None = None  # EvalSettings.sweep_best's verdict, once the run has finished
     ledger: list[ToolCallRecord] = Field(default_factory=list)
     ledger_pruned: int = 0  # the oldest ledger entries dropped to keep the carried state small
@@ -342,238 +162,5 @@ class RunState(BaseModel):
         return self.attempts[n] if 0 <= n < len(self.attempts) else None
 
 
-class Extension(_Input):
-    """An `extend` update's payload: it adds to the budgets, never takes away (and never past the
-    bounds: the `extend` update also refuses one that would take a total past them)."""
-    hours: float = Field(default=0.0, ge=0, le=L.MAX_HOURS)
-    tool_calls: int = Field(default=0, ge=0, le=L.MAX_TOOL_CALLS)
-    target_speedup: float | None = Field(default=None, gt=0, le=L.MAX_SPEEDUP)
-
-
-class AgentNews(_Input):
-    """What an agent tells the run (and the run its other agents): a new best kernel, a failure worth not
-    repeating, or (from the run) a stop, a hint, a pause, a resume or an extension (its share).
-
-    A signal: anyone who can reach the server can send one, so it is validated as an update is, and a
-    `best` is a claim only. Its verdict and speedup are never believed: the receiver looks up the
-    verdict that this run's own evaluations recorded for the source's SHA-256 (FIND_VERDICT)."""
-    agent: int = Field(default=0, ge=0, le=L.MAX_AGENTS)  # 0: the run itself
-    kind: Literal["best", "failure", "stop", "hint", "pause", "resume", "extend"]
-    extension: Extension | None = None
-    line: str = Field(default="", max_length=L.MAX_HINT_CHARS)
-    source: SourceRef | None = None
-    verdict: Verdict | None = None
-    speedup: float | None = Field(default=None, ge=0, le=L.MAX_SPEEDUP)
-    config: dict[str, Any] | None = Field(default=None, max_length=64)
-
-
-class AgentLine(BaseModel):
-    """One agent's line in the run's report."""
-    agent: int
-    workflow_id: str
-    status: str  # its stop reason, or why it failed
-    tool_calls: int = 0
-    attempts: int = 0
-    best_speedup: float | None = None
-    best_attempt: int | None = None
-    shared_taken: int = 0  # other agents' bests it took over
-
-
-# ---------------------------------------------------------------------------------- control/report
 RunState.model_rebuild()
 RunSpec.model_rebuild()
-
-
-class Fault(_Input):
-    """An activity attempt that failed and will be retried: what failed, since when (the activity's
-    first scheduling), how often so far. Activities send it (FAULT_SIGNAL); the workflow shows it until
-    that activity's call ends, or the run does. A signal: validated, bounded, and only about one of the
-    run's own activities."""
-    activity: Literal[ACTIVITY_NAMES]  # type: ignore[valid-type]
-    attempt: int = Field(ge=1, le=1_000_000)
-    message: str = Field(max_length=1000)
-    since: datetime
-
-    def line(self, now: datetime) -> str:
-        return (f"{self.message.rstrip('.')} for {max(0.0, (now - self.since).total_seconds()):.0f} s "
-                f"({self.activity}, {self.attempt} failed attempt{'s' if self.attempt != 1 else ''}); retrying")
-
-
-class RunStatus(BaseModel):
-    problem: str
-    policy: str
-    phase: str  # starting | running | pausing | paused | stopping | finished
-    step: str  # what it is doing now, in words
-    tool_calls: int
-    tool_calls_budget: int
-    turns: int
-    hours_used: float
-    hours_budget: float
-    best_speedup: float | None
-    best_attempt: int | None
-    attempts: int
-    continue_as_new: int
-    compactions: int
-    tokens: TokenUsage
-    notebook: list[str]
-    stop_reason: str | None = None
-    fault: Fault | None = None  # an activity failing right now, retried
-
-
-class BestReport(BaseModel):
-    attempt: int
-    source: str | None  # None only when the source lives in the artifact store alone
-    sha256: str
-    speedup: float | None
-    verdict: Verdict
-
-
-class RunReport(BaseModel):
-    workflow_id: str
-    problem: str
-    policy: str
-    stop_reason: str
-    tool_calls: int
-    turns: int
-    attempts: int
-    continue_as_new: int
-    compactions: int
-    hours: float
-    tokens: TokenUsage
-    best: BestReport | None
-    best_sweep: EvalDigest | None = None  # the best kernel tested on the sweep shapes after the run
-    segment_history_bytes: list[int] = Field(default_factory=list)
-    ledger: list[Attempt] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
-    memory: Memory | None = None
-    agents: list[AgentLine] = Field(default_factory=list)  # islands: one line per agent
-
-
-# ------------------------------------------------------------------------ activity inputs / outputs
-class AgentTurnInput(BaseModel):
-    settings: ModelSettings
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] = Field(default_factory=list)
-    turn_key: str = ""  # "<workflow id>/<turn>", sent as X-Marathon-Turn
-
-
-class AgentTurnResult(BaseModel):
-    message: dict[str, Any]  # the assistant message: role, content, tool_calls
-    finish_reason: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency_s: float = 0.0
-
-
-class PrepareInput(BaseModel):
-    problem: str
-    problem_source: str | None = None
-    kernel: str = "starter"
-    source: str | None = None
-    eval: EvalSettings = Field(default_factory=EvalSettings)
-    inline_source_cap: int = 32768
-
-
-class ToolResult(BaseModel):
-    """What a tool hands back: `text` (capped) goes to the model, `artifact` keys the full text."""
-    text: str
-    ok: bool = True
-    artifact: str | None = None
-    source: SourceRef | None = None  # write/edit: the new candidate
-    config: dict[str, Any] | None = None  # write/edit: its CONFIG, when it declares TUNABLES
-
-
-class WriteInput(BaseModel):
-    source: str
-    attempt: int  # the number the new candidate will get
-    entry_point: str
-    inline_cap: int = 32768
-    max_bytes: int = 200_000
-    output_cap: int = 6000
-
-
-class EditInput(BaseModel):
-    current: SourceRef
-    old: str
-    new: str
-    attempt: int
-    entry_point: str
-    inline_cap: int = 32768
-    max_bytes: int = 200_000
-    output_cap: int = 6000
-
-
-class EvalInput(BaseModel):
-    tool: str  # compile_kernel | test_kernel | profile_kernel
-    problem: str
-    problem_source: str | None = None
-    attempt: int
-    source: SourceRef
-    settings: EvalSettings
-    output_cap: int = 6000
-
-
-class EvalResult(BaseModel):
-    text: str
-    verdict: Verdict
-    digest: EvalDigest
-    ncu: dict[str, Any] | None = None
-
-
-class ShowInput(BaseModel):
-    label: str
-    source: SourceRef
-    output_cap: int = 32768
-
-
-class ListInput(BaseModel):
-    attempts: list[Attempt]  # the most recent ones
-    total: int
-    best: int | None = None
-    current: int | None = None
-    output_cap: int = 6000
-
-
-class NoteInput(BaseModel):
-    workflow_id: str
-    seq: int
-    text: str
-    output_cap: int = 6000
-
-
-class NotebookEntry(BaseModel):
-    workflow_id: str
-    line: str
-
-
-# ------------------------------------------------------------------------------ recorded verdicts
-def verdict_scope(problem: str, problem_source: str | None, settings: EvalSettings) -> str:
-    """What a verdict is comparable within: the problem (a file problem by its text) and the settings
-    that decide what is judged (device, shapes, seeds, reps, baselines). The evaluation activity files
-    an ok profile under it; a claimed best is looked up under the run's own."""
-    key = {"problem": problem,
-           "problem_source": hashlib.sha256(problem_source.encode()).hexdigest() if problem_source else None,
-           "device": settings.device, "shapes": settings.shapes, "shape_list": settings.shape_list,
-           "seeds": settings.seeds, "reps": settings.reps, "baselines": settings.baselines}
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-
-
-class VerdictLookup(BaseModel):
-    """FIND_VERDICT's input: the ok profiles of `source_sha256` that the evaluations of these workflows
-    (the run and its agents) recorded under the run's scope."""
-    workflow_ids: list[str]
-    problem: str
-    problem_source: str | None = None
-    settings: EvalSettings
-    source_sha256: str
-    inline_cap: int = 32768
-
-
-class RecordedVerdict(BaseModel):
-    """The best recorded verdict found for a source (None everywhere when there is none), with the source
-    as the store holds it: nothing of the claim that asked is in it."""
-    workflow_id: str | None = None  # whose evaluation recorded it
-    source: SourceRef | None = None
-    verdict: Verdict | None = None
-    digest: EvalDigest | None = None
-    config: dict[str, Any] | None = None  # the source's own CONFIG, when it declares TUNABLES

@@ -1,8 +1,9 @@
 """Names shared by the workflow, the workers and the CLI: task queues, activity names, search attributes.
-Pure: the workflow refers to activities by these strings only."""
+Pure: the workflow refers to activities by these strings only, and the CLI's lightest commands import
+it (the search-attribute keys, which need temporalio, are made on first use)."""
 from __future__ import annotations
 
-from temporalio.common import SearchAttributeKey
+from typing import Any
 
 WORKFLOW_TYPE = "KernelOptimization"
 SUITE_WORKFLOW_TYPE = "KernelSuite"  # workflows/suite.py: one KernelOptimization child per problem
@@ -41,13 +42,22 @@ AGENT_NEWS_SIGNAL = "agent_news"
 
 # custom search attributes: `marathon dev` registers them; the Web UI filters runs by them, e.g.
 #   MarathonProblem = "kda" AND MarathonBestSpeedup > 1.2
-SA_PROBLEM = SearchAttributeKey.for_keyword("MarathonProblem")
-SA_POLICY = SearchAttributeKey.for_keyword("MarathonPolicy")
-SA_BEST_SPEEDUP = SearchAttributeKey.for_float("MarathonBestSpeedup")
-SA_TOOL_CALLS = SearchAttributeKey.for_int("MarathonToolCalls")
 SEARCH_ATTRIBUTES = {  # name -> the type `temporal server start-dev --search-attribute` takes
     "MarathonProblem": "Keyword",
     "MarathonPolicy": "Keyword",
     "MarathonBestSpeedup": "Double",
     "MarathonToolCalls": "Int",
 }
+# their typed keys (temporalio.common.SearchAttributeKey): names.SA_PROBLEM, ...
+_SA_KEYS = {"SA_PROBLEM": ("for_keyword", "MarathonProblem"), "SA_POLICY": ("for_keyword", "MarathonPolicy"),
+            "SA_BEST_SPEEDUP": ("for_float", "MarathonBestSpeedup"), "SA_TOOL_CALLS": ("for_int", "MarathonToolCalls")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SA_KEYS:
+        from temporalio.common import SearchAttributeKey
+        make, attribute = _SA_KEYS[name]
+        key = getattr(SearchAttributeKey, make)(attribute)
+        globals()[name] = key
+        return key
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
