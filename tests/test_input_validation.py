@@ -42,6 +42,9 @@ BAD_INPUTS = [  # (input, what the failure message must name)
     ({"problem": "../x", "problem_source": "class Model: pass"}, "problem"),
     ({"problem": "mla_decode", "gpu_task_queue": "a/b"}, "gpu_task_queue"),
     ({"problem": "mla_decode", "kernel": "secret.env"}, "kernel"),  # a name, but no shipped kernel's: prepare says so
+    # the workflow's own fields: a state (a best, its verdict) nobody judged
+    ({"problem": "mla_decode", "carry": {"budget_hours": 1}}, "carry"),
+    ({"problem": "mla_decode", "agent": {"index": 1, "of": 2}}, "agent"),
     (5, "input"),
     (None, "input"),  # `temporal workflow start` without --input
     ({"problem": "no_such_problem"}, "no_such_problem"),  # refused by the prepare activity

@@ -31,6 +31,19 @@ def parse_spec(raw: Any) -> RunSpec:
                                non_retryable=True) from None
 
 
+def check_origin(spec: RunSpec) -> None:
+    """`carry` (the state so far) and `agent` are the workflow's own: set when a run continues as new, and
+    on the agents a run starts. In a run anyone started they would be a state nobody judged (a best
+    kernel, a verdict): refused, as a bad input is."""
+    info = workflow.info()
+    if spec.carry is not None and info.continued_run_id is None and info.parent is None:
+        raise ApplicationError("bad run input: carry: set by the workflow itself when it continues as new; leave "
+                               "it out", type="BadRunSpec", non_retryable=True)
+    if spec.agent is not None and info.parent is None:
+        raise ApplicationError("bad run input: agent: set by a run on the agents it starts; leave it out",
+                               type="BadRunSpec", non_retryable=True)
+
+
 def parse_update(model: type[BaseModel], raw: Any, name: str) -> Any:
     try:
         return model.model_validate(raw)

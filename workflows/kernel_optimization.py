@@ -62,6 +62,7 @@ class KernelOptimization:
     @workflow.init
     def __init__(self, spec: Any = None) -> None:
         spec = control.parse_spec(spec)
+        control.check_origin(spec)
         state = spec.carry or RunState(policy=spec.resolved_policy(), budget_hours=spec.budgets.hours,
                                        budget_tool_calls=spec.budgets.max_tool_calls,
                                        target_speedup=spec.budgets.target_speedup, hints=list(spec.hints),
