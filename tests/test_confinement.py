@@ -109,7 +109,8 @@ def test_a_candidate_past_the_policy_finds_no_key_anywhere(tmp_path, setting):
     """The static policy off, the candidate reads every /proc/*/environ and cmdline it can, the memory
     of the judge and the worker, and every file under the worker's folders, HOME and the temp dir.
     The worker's key is nowhere in what it found, nor in the verdict. Landlock alone already shuts
-    /proc of processes outside the sandbox (its ptrace rule), so the second setting switches it off and
+    /proc of processes outside the sandbox (its read allowlist and its ptrace rule: /proc is not even
+    listable, and nothing of the worker's folders is readable), so the second setting switches it off and
     runs the worker without capabilities, as an ordinary user's: then only the allowlisted environment
     and non-dumpability keep the key, and a decoy process outside the worker's tree (no capabilities,
     dumpable), holding a key of the same shape, shows that the search does find what is readable."""
@@ -138,8 +139,11 @@ def test_a_candidate_past_the_policy_finds_no_key_anywhere(tmp_path, setting):
     if relaxed:
         # the search works: the decoy's key, read from its environ
         assert f"'{decoy_key}': '/proc/{decoy.pid}/environ'" in verdict.reason, verdict.reason[-2000:]
+        assert "'environ': 0" not in verdict.reason and "'files': 0" not in verdict.reason, verdict.reason[-500:]
+    else:  # reads fenced: no other process's /proc, none of the worker's folders
+        assert "'proc': 'unlistable'" in verdict.reason and "'files': 0" in verdict.reason, verdict.reason[-500:]
+        assert verdict.sandbox.get("landlock_reads") is True, verdict.sandbox
     assert key not in text and key.encode() not in log
-    assert "'environ': 0" not in verdict.reason and "'files': 0" not in verdict.reason, verdict.reason[-500:]
     print(f"\n{setting}: {verdict.reason.splitlines()[-1]}")
     assert any("static policy was skipped" in f for f in verdict.flags)
     if os.geteuid() == 0:
