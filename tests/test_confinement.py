@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import tempfile
 import subprocess
 import sys
 import time
@@ -298,3 +299,284 @@ def test_a_starting_gpu_worker_removes_stale_scratch_and_makes_itself_non_dumpab
     monkeypatch.setattr(worker, "_serve", serve)
     assert worker.main(["--queues", worker.names.GPU_TASK_QUEUE, "--gpus", "none"]) == 0
     assert calls == ["non-dumpable", "serve"] and not stale.exists()
+
+
+# --- a hostile problem file and a hostile candidate, with a canary key in the worker's environment ------
+FENCES = HOSTILE / "fences"
+DENIED = ("canary file", "list /tmp", "project file", "write outside scratch", "write the project", "tcp connect",
+          "abstract unix connect", "shell via subprocess", "shell via posix_spawn", "detached shell", "python", "fork")
+
+
+def hostile_source(name: str, values: dict[str, str]) -> str:
+    """A hostile file of tests/hostile/fences with escape_attempts.py inlined (nothing under tests/ is
+    readable inside the fences) and the test's values filled in."""
+    helpers = (FENCES / "escape_attempts.py").read_text()
+    lines = [helpers if line.startswith("from escape_attempts import") else line
+             for line in (FENCES / f"{name}.py").read_text().splitlines()]
+    source = "\n".join(lines) + "\n"
+    for key, value in values.items():
+        source = source.replace(f"@{key}@", value)
+    return source
+
+
+class Listeners:
+    """A TCP listener on the host's loopback and an abstract unix socket: what the hostile code may
+    not reach. Counts every connection."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+        self.tcp = socket.socket()
+        self.tcp.bind(("127.0.0.1", 0))
+        self.abstract_name = "marathon-test-" + secrets.token_hex(6)
+        self.unix = socket.socket(socket.AF_UNIX)
+        self.unix.bind("\0" + self.abstract_name)
+        self.accepted: list = []
+        self.stop = threading.Event()
+        self.threads = []
+        for s in (self.tcp, self.unix):
+            s.listen()
+            s.settimeout(0.2)
+            t = threading.Thread(target=self._accept, args=(s,), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    @property
+    def port(self) -> int:
+        return self.tcp.getsockname()[1]
+
+    def _accept(self, s) -> None:
+        while not self.stop.is_set():
+            try:
+                self.accepted.append(s.accept()[0])
+            except OSError:
+                continue
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+        self.tcp.close()
+        self.unix.close()
+
+
+def _running_with(marker: str) -> list[int]:
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                pids.append(int(pid))
+        except OSError:
+            continue
+    return [p for p in pids if _alive(p)]
+
+
+def _files_holding(roots: list[Path], needle: bytes) -> list[str]:
+    hits = []
+    for root in roots:
+        for folder, _dirs, files in os.walk(root):
+            for name in files:
+                path = Path(folder) / name
+                try:
+                    if needle in path.read_bytes():
+                        hits.append(str(path))
+                except OSError:
+                    continue
+    return hits
+
+
+@pytest.fixture
+def escape_setup(tmp_path, monkeypatch):
+    """The canary key in the environment of the test (a dumpable process: a target) and of the
+    worker, a canary file under /tmp, a file in the project, listeners, a marker for process searches."""
+    canary = "sk-marathon-canary-" + secrets.token_hex(12)
+    monkeypatch.setenv("MARATHON_TEST_SECRET", canary)
+    fd, canary_file = tempfile.mkstemp(prefix="marathon-canary-", suffix=".txt", dir="/tmp")
+    os.write(fd, canary.encode())
+    os.close(fd)
+    project_file = FENCES / f"_sentinel_{secrets.token_hex(4)}.txt"
+    project_file.write_text("original\n")
+    listeners = Listeners()
+    marker = "marathon-escape-" + secrets.token_hex(6)
+    values = {"CANARY_FILE": canary_file, "LEAK_PATH": f"/tmp/marathon-leak-{secrets.token_hex(4)}",
+              "PROJECT_FILE": str(project_file), "PORT": str(listeners.port), "ABSTRACT": listeners.abstract_name,
+              "MARKER": marker, "PIDS": str(os.getpid()), "ECHO": "echo-" + secrets.token_hex(10)}
+    try:
+        yield {"canary": canary, "values": values, "listeners": listeners, "dirs": worker_dirs(tmp_path),
+               "tmp": tmp_path}
+    finally:
+        listeners.close()
+        os.unlink(canary_file)
+        project_file.unlink(missing_ok=True)
+        Path(values["LEAK_PATH"]).unlink(missing_ok=True)
+        for pid in _running_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+def run_worker_on(tmp: Path, req: EvalRequest, env: dict[str, str]) -> tuple[Verdict, str]:
+    (tmp / "request.json").write_text(req.model_dump_json())
+    full = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", WORKER, str(tmp / "request.json"), str(tmp / "verdict.json"), "as-is"],
+                          cwd=tmp / "cwd", env=full, capture_output=True, text=True, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and (tmp / "verdict.json").exists(), log[-3000:]
+    return Verdict.model_validate_json((tmp / "verdict.json").read_text()), log
+
+
+def _report(reason: str) -> dict:
+    """The dict the hostile code raised, out of the verdict's reason."""
+    import ast
+    start = reason.rindex("report: {") + len("report: ")
+    depth = 0
+    for i, ch in enumerate(reason[start:], start):
+        depth += ch == "{"
+        depth -= ch == "}"
+        if depth == 0:
+            return ast.literal_eval(reason[start:i + 1])
+    raise AssertionError(reason)
+
+
+def check_nothing_escaped(setup: dict, verdict: Verdict, log: str, report: dict, survivors: bool = False) -> None:
+    text = verdict.model_dump_json()
+    canary, values = setup["canary"], setup["values"]
+    environ = report["environ"]
+    assert set(environ) == {"listing", "others_readable"} and environ["others_readable"] == 0, environ
+    for name in DENIED:
+        assert report[name].startswith("denied"), (name, report[name])
+    assert canary not in text and canary not in log
+    assert not setup["listeners"].accepted, "the hostile code reached a listener on the host"
+    assert not Path(values["LEAK_PATH"]).exists()
+    assert Path(values["PROJECT_FILE"]).read_text() == "original\n"
+    deadline = time.monotonic() + 10
+    while _running_with(values["MARKER"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _running_with(values["MARKER"])
+    if survivors:  # the control without a PID namespace: the orphan is still there (the fixture ends it)
+        assert left, "the control's orphan did not outlive the evaluation: the test proves nothing"
+    else:
+        assert not left, "a process the hostile code started outlived the evaluation"
+    assert not _files_holding([setup["tmp"], FENCES], canary.encode())
+
+
+@pytest.mark.parametrize("setting", ["all-fences", "no-pid-namespace-control"])
+def test_a_hostile_problem_file_reaches_nothing(escape_setup, setting):
+    """The problem file's own code, past nothing but the fences (a problem file has no static
+    policy): it finds no key, reads and writes nothing outside its scratch, reaches no listener, starts
+    no shell, and the compiler it may start, orphaned outside the sandbox's process tree, ends with
+    the evaluation (its PID namespace: the control without one shows the orphan would outlive it).
+    Its error reaches the verdict with the worker's environment values scrubbed (the value written
+    into the file stands there by its variable's name), and the verdict says the problem file, not
+    the candidate, failed."""
+    setup = escape_setup
+    values = setup["values"]
+    control = setting != "all-fences"
+    source = hostile_source("problem_escape", values)
+    probe = (ROOT / "kernels" / "evaluator" / "fence_probe" / "candidate.py").read_text()
+    req = EvalRequest(problem="escape", problem_source=source, source=probe, kernel="confinement-test", device="cpu",
+                      mode="test", shapes=[{"n": 8}], seeds=1, probe_shapes=0, timeout_s=120, baselines=False)
+    verdict, log = run_worker_on(setup["tmp"], req, {
+        "MARATHON_TEST_SECRET": setup["canary"], "OPENAI_API_KEY": setup["canary"],
+        "MARATHON_TEST_ECHO": values["ECHO"], "HOME": str(setup["dirs"]["home"]), "TMPDIR": str(setup["dirs"]["tmp"]),
+        **({"MARATHON_SANDBOX_PIDNS": "0"} if control else {})})
+    assert verdict.status == "crashed" and "the problem file raised" in verdict.reason, verdict.reason[-3000:]
+    assert "the candidate was not judged" in verdict.reason
+    report = _report(verdict.reason)
+    print("\n" + "\n".join(f"{k}: {v}" for k, v in report.items()))
+    check_nothing_escaped(setup, verdict, log, report, survivors=control)
+    assert report["detached compiler"].startswith("GOT") and "was running: True" in report["detached compiler"], report
+    assert values["ECHO"] not in verdict.model_dump_json() and "[$MARATHON_TEST_ECHO]" in verdict.reason
+    sandbox = verdict.sandbox
+    for fence in ("netns", "landlock", "landlock_reads", "landlock_exec", "seccomp", "capabilities_dropped",
+                  "non_dumpable") + (() if control else ("pid_namespace",)):
+        assert sandbox.get(f"problem_{fence}"), (fence, sandbox)
+    if control:
+        assert "pid_namespace (problem file)" in sandbox["missing"], sandbox
+    assert sandbox["problem_processes"].startswith("torch-compile toolchain only"), sandbox
+    assert sandbox["judge_capabilities"] in ("SYS_ADMIN, SETPCAP", "SETPCAP, SYS_ADMIN", "none"), sandbox
+
+
+def test_a_candidate_past_the_policy_reads_and_starts_nothing(escape_setup):
+    """With the static policy skipped: on the CPU no process starts at all (seccomp: no fork, vfork or
+    exec), so neither a shell (subprocess, posix_spawn, torch.utils.collect_env) nor a detached child
+    nor the compiler; reads outside the allowlist fail; nothing is left running."""
+    setup = escape_setup
+    source = hostile_source("candidate_escape", setup["values"])
+    req = EvalRequest(problem="mla_decode", source=source, kernel="confinement-test", device="cpu", mode="test",
+                      shapes=MLA, seeds=1, probe_shapes=0, timeout_s=120, baselines=False)
+    verdict, log = run_worker_on(setup["tmp"], req, {
+        "MARATHON_TEST_SECRET": setup["canary"], "OPENAI_API_KEY": setup["canary"], "MARATHON_UNSAFE_SKIP_POLICY": "1",
+        "HOME": str(setup["dirs"]["home"]), "TMPDIR": str(setup["dirs"]["tmp"])})
+    assert verdict.status == "crashed" and "hostile candidate report" in verdict.reason, verdict.reason[-3000:]
+    report = _report(verdict.reason)
+    print("\n" + "\n".join(f"{k}: {v}" for k, v in report.items()))
+    check_nothing_escaped(setup, verdict, log, report)
+    for name in ("detached compiler", "collect_env shell"):
+        assert report[name].startswith("denied"), (name, report[name])
+    assert verdict.sandbox.get("processes") == "none" and verdict.sandbox.get("pid_namespace"), verdict.sandbox
+
+
+TOOLCHAIN_PROBE = """
+import os, subprocess, sys, sysconfig
+from pathlib import Path
+import triton
+from kernels.evaluator import fences
+scratch = sys.argv[1]
+facts = fences.put_up("cpu", writable=[scratch], readable=[], toolchain="triton", netns=True, landlock=True,
+                      landlock_reads=True, landlock_exec=True, seccomp=True, drop_capabilities=True)
+assert facts["landlock_exec"] and facts["seccomp"], facts
+nvidia = Path(triton.__file__).parent / "backends" / "nvidia"
+ptx = Path(scratch) / "k.ptx"
+ptx.write_text(".version 8.0\\n.target sm_90\\n.address_size 64\\n.visible .entry k()\\n{\\nret;\\n}\\n")
+subprocess.run([str(nvidia / "bin" / "ptxas"), "--gpu-name=sm_90", str(ptx), "-o", str(ptx) + ".o"], check=True)
+# Triton's own launcher source, compiled as Triton builds it (linking needs libcuda: a GPU host's)
+subprocess.run(["gcc", str(nvidia / "driver.c"), "-O3", "-fPIC", "-c", "-o", str(Path(scratch) / "driver.o"),
+                f"-I{nvidia / 'include'}", f"-I{sysconfig.get_paths()['include']}"], check=True)
+for argv in (["/bin/sh", "-c", "true"], [sys.executable, "-c", "pass"], ["ls"]):
+    try:
+        subprocess.run(argv, check=True)
+        print("STARTED", argv[0])
+    except OSError as exc:
+        print("refused", argv[0], exc.errno)
+print("toolchain ok")
+"""
+
+
+def test_the_gpu_toolchain_runs_inside_the_fences_and_nothing_else_starts(tmp_path):
+    """On CUDA Triton runs ptxas and the C compiler inside the candidate's fences: both work under the
+    Landlock program allowlist (ptxas needs no GPU, and the compiler builds Triton's own launcher
+    source), while a shell, Python and any other program are refused."""
+    if isolation.landlock_abi() < 1:
+        pytest.skip("no Landlock here")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path), "HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", TOOLCHAIN_PROBE, str(tmp_path)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and "toolchain ok" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "STARTED" not in out.stdout and out.stdout.count("refused") == 3, out.stdout
+    assert (tmp_path / "k.ptx.o").exists() and (tmp_path / "driver.o").exists()
+
+
+def test_an_honest_problem_file_is_ok_inside_the_fences(escape_setup):
+    """The control: the evaluator's own small problem and kernel, started by the same stand-in worker
+    with the canary key, judged ok with every fence of both sandboxes up."""
+    setup = escape_setup
+    folder = ROOT / "kernels" / "evaluator" / "fence_probe"
+    req = EvalRequest(problem="fence_probe", problem_source=(folder / "problem.py").read_text(),
+                      source=(folder / "candidate.py").read_text(), kernel="confinement-test", device="cpu",
+                      mode="test", shapes=[{"n": 1000}], seeds=2, probe_shapes=0, timeout_s=120, baselines=False)
+    verdict, log = run_worker_on(setup["tmp"], req, {
+        "MARATHON_TEST_SECRET": setup["canary"], "OPENAI_API_KEY": setup["canary"],
+        "HOME": str(setup["dirs"]["home"]), "TMPDIR": str(setup["dirs"]["tmp"])})
+    assert verdict.status == "ok", verdict.reason[-3000:] + verdict.log_tail[-2000:]
+    assert "missing" not in verdict.sandbox, verdict.sandbox
+    assert setup["canary"] not in verdict.model_dump_json() + log
+
+
+def test_scrub_takes_out_values_not_only_names():
+    env = {"OPENAI_API_KEY": "sk-abc123", "SHORT_SECRET": "pw12", "MY_VAR": "a-long-private-value",
+           "HOME": "/home/someone", "LANG": "C.UTF-8", "N": "12345678", "PATH": "/usr/bin:/bin"}
+    text = {"reason": "key sk-abc123 / pw12 / a-long-private-value at /home/someone/x C.UTF-8 12345678",
+            "flags": ["sk-abc123"], "shapes": [{"note": "a-long-private-value"}], "n": 3}
+    out = confinement.scrub(text, env)
+    assert out["reason"] == ("key [$OPENAI_API_KEY] / [$SHORT_SECRET] / [$MY_VAR] at /home/someone/x C.UTF-8 "
+                             "12345678"), out
+    assert out["flags"] == ["[$OPENAI_API_KEY]"] and out["shapes"][0]["note"] == "[$MY_VAR]" and out["n"] == 3

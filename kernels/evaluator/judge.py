@@ -771,10 +771,21 @@ class Judge:
             self.verdict.status, self.verdict.reason = outcome.status, outcome.reason
         finally:
             self.prepared.clear()
+        self._note_missing_fences()
         self.verdict.elapsed_s = round(time.monotonic() - t0, 3)
         if self.verdict.status == "ok" and not self.verdict.reason:
             self.verdict.reason = self._summary()
         return self.verdict
+
+    def _note_missing_fences(self) -> None:
+        """The fences that did not take, in the sandboxes that came up (none, when neither did)."""
+        missing = []
+        if "seccomp" in self.verdict.sandbox:  # the candidate's process reported its fences
+            missing += _missing_fences(self.verdict.sandbox, self.device)
+        if isinstance(self.reference, RemoteFileProblem) and self.reference.fences:
+            missing += [f"{k} (problem file)" for k in _missing_fences(self.reference.fences, self.device)]
+        if missing:
+            self.verdict.sandbox["missing"] = ", ".join(missing)
 
     def _close_candidate(self, candidate: CandidateProcess) -> None:
         self.verdict.log_tail = candidate.log_tail()
@@ -846,11 +857,6 @@ class Judge:
             self._prepare(0, shapes[0], s, scratch)
         with self._phase("sandbox_start"):
             ready = self._ready(candidate)
-        missing = _missing_fences(self.verdict.sandbox, self.device)
-        if isinstance(self.reference, RemoteFileProblem):
-            missing += [f"{k} (problem file)" for k in _missing_fences(self.reference.fences, self.device)]
-        if missing:
-            self.verdict.sandbox["missing"] = ", ".join(missing)
         if ready["banned_modules"]:
             raise Outcome("rejected", f"importing the candidate loaded {', '.join(ready['banned_modules'])}")
         noop_checked = False
