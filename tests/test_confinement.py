@@ -20,6 +20,8 @@ import pytest
 from kernels.evaluator import confinement, gpu_quiet, isolation
 from kernels.evaluator.evaluate import EvalRequest
 from kernels.evaluator.verdict import Verdict
+from fence_escapes import (DENIED, FENCES, Listeners, escape_values, files_holding, hostile_source, report_of,
+                           running_with)
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ROOT / "tests" / "hostile"
@@ -302,89 +304,6 @@ def test_a_starting_gpu_worker_removes_stale_scratch_and_makes_itself_non_dumpab
 
 
 # --- a hostile problem file and a hostile candidate, with a canary key in the worker's environment ------
-FENCES = HOSTILE / "fences"
-DENIED = ("canary file", "list /tmp", "project file", "write outside scratch", "write the project", "tcp connect",
-          "abstract unix connect", "shell via subprocess", "shell via posix_spawn", "detached shell", "python", "fork")
-
-
-def hostile_source(name: str, values: dict[str, str]) -> str:
-    """A hostile file of tests/hostile/fences with escape_attempts.py inlined (nothing under tests/ is
-    readable inside the fences) and the test's values filled in."""
-    helpers = (FENCES / "escape_attempts.py").read_text()
-    lines = [helpers if line.startswith("from escape_attempts import") else line
-             for line in (FENCES / f"{name}.py").read_text().splitlines()]
-    source = "\n".join(lines) + "\n"
-    for key, value in values.items():
-        source = source.replace(f"@{key}@", value)
-    return source
-
-
-class Listeners:
-    """A TCP listener on the host's loopback and an abstract unix socket: what the hostile code may
-    not reach. Counts every connection."""
-
-    def __init__(self) -> None:
-        import socket
-        import threading
-        self.tcp = socket.socket()
-        self.tcp.bind(("127.0.0.1", 0))
-        self.abstract_name = "marathon-test-" + secrets.token_hex(6)
-        self.unix = socket.socket(socket.AF_UNIX)
-        self.unix.bind("\0" + self.abstract_name)
-        self.accepted: list = []
-        self.stop = threading.Event()
-        self.threads = []
-        for s in (self.tcp, self.unix):
-            s.listen()
-            s.settimeout(0.2)
-            t = threading.Thread(target=self._accept, args=(s,), daemon=True)
-            t.start()
-            self.threads.append(t)
-
-    @property
-    def port(self) -> int:
-        return self.tcp.getsockname()[1]
-
-    def _accept(self, s) -> None:
-        while not self.stop.is_set():
-            try:
-                self.accepted.append(s.accept()[0])
-            except OSError:
-                continue
-
-    def close(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join()
-        self.tcp.close()
-        self.unix.close()
-
-
-def _running_with(marker: str) -> list[int]:
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                pids.append(int(pid))
-        except OSError:
-            continue
-    return [p for p in pids if _alive(p)]
-
-
-def _files_holding(roots: list[Path], needle: bytes) -> list[str]:
-    hits = []
-    for root in roots:
-        for folder, _dirs, files in os.walk(root):
-            for name in files:
-                path = Path(folder) / name
-                try:
-                    if needle in path.read_bytes():
-                        hits.append(str(path))
-                except OSError:
-                    continue
-    return hits
-
-
 @pytest.fixture
 def escape_setup(tmp_path, monkeypatch):
     """The canary key in the environment of the test (a dumpable process: a target) and of the
@@ -397,10 +316,7 @@ def escape_setup(tmp_path, monkeypatch):
     project_file = FENCES / f"_sentinel_{secrets.token_hex(4)}.txt"
     project_file.write_text("original\n")
     listeners = Listeners()
-    marker = "marathon-escape-" + secrets.token_hex(6)
-    values = {"CANARY_FILE": canary_file, "LEAK_PATH": f"/tmp/marathon-leak-{secrets.token_hex(4)}",
-              "PROJECT_FILE": str(project_file), "PORT": str(listeners.port), "ABSTRACT": listeners.abstract_name,
-              "MARKER": marker, "PIDS": str(os.getpid()), "ECHO": "echo-" + secrets.token_hex(10)}
+    values = escape_values(listeners, canary_file, project_file)
     try:
         yield {"canary": canary, "values": values, "listeners": listeners, "dirs": worker_dirs(tmp_path),
                "tmp": tmp_path}
@@ -409,7 +325,7 @@ def escape_setup(tmp_path, monkeypatch):
         os.unlink(canary_file)
         project_file.unlink(missing_ok=True)
         Path(values["LEAK_PATH"]).unlink(missing_ok=True)
-        for pid in _running_with(marker):
+        for pid in running_with(values["MARKER"]):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -421,19 +337,6 @@ def run_worker_on(tmp: Path, req: EvalRequest, env: dict[str, str]) -> tuple[Ver
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0 and (tmp / "verdict.json").exists(), log[-3000:]
     return Verdict.model_validate_json((tmp / "verdict.json").read_text()), log
-
-
-def _report(reason: str) -> dict:
-    """The dict the hostile code raised, out of the verdict's reason."""
-    import ast
-    start = reason.rindex("report: {") + len("report: ")
-    depth = 0
-    for i, ch in enumerate(reason[start:], start):
-        depth += ch == "{"
-        depth -= ch == "}"
-        if depth == 0:
-            return ast.literal_eval(reason[start:i + 1])
-    raise AssertionError(reason)
 
 
 def check_nothing_escaped(setup: dict, verdict: Verdict, log: str, report: dict, survivors: bool = False) -> None:
@@ -448,14 +351,14 @@ def check_nothing_escaped(setup: dict, verdict: Verdict, log: str, report: dict,
     assert not Path(values["LEAK_PATH"]).exists()
     assert Path(values["PROJECT_FILE"]).read_text() == "original\n"
     deadline = time.monotonic() + 10
-    while _running_with(values["MARKER"]) and time.monotonic() < deadline:
+    while running_with(values["MARKER"]) and time.monotonic() < deadline:
         time.sleep(0.2)
-    left = _running_with(values["MARKER"])
+    left = running_with(values["MARKER"])
     if survivors:  # the control without a PID namespace: the orphan is still there (the fixture ends it)
         assert left, "the control's orphan did not outlive the evaluation: the test proves nothing"
     else:
         assert not left, "a process the hostile code started outlived the evaluation"
-    assert not _files_holding([setup["tmp"], FENCES], canary.encode())
+    assert not files_holding([setup["tmp"], FENCES], canary.encode())
 
 
 @pytest.mark.parametrize("setting", ["all-fences", "no-pid-namespace-control"])
@@ -480,7 +383,7 @@ def test_a_hostile_problem_file_reaches_nothing(escape_setup, setting):
         **({"MARATHON_SANDBOX_PIDNS": "0"} if control else {})})
     assert verdict.status == "crashed" and "the problem file raised" in verdict.reason, verdict.reason[-3000:]
     assert "the candidate was not judged" in verdict.reason
-    report = _report(verdict.reason)
+    report = report_of(verdict.reason)
     print("\n" + "\n".join(f"{k}: {v}" for k, v in report.items()))
     check_nothing_escaped(setup, verdict, log, report, survivors=control)
     assert report["detached compiler"].startswith("GOT") and "was running: True" in report["detached compiler"], report
@@ -507,7 +410,7 @@ def test_a_candidate_past_the_policy_reads_and_starts_nothing(escape_setup):
         "MARATHON_TEST_SECRET": setup["canary"], "OPENAI_API_KEY": setup["canary"], "MARATHON_UNSAFE_SKIP_POLICY": "1",
         "HOME": str(setup["dirs"]["home"]), "TMPDIR": str(setup["dirs"]["tmp"])})
     assert verdict.status == "crashed" and "hostile candidate report" in verdict.reason, verdict.reason[-3000:]
-    report = _report(verdict.reason)
+    report = report_of(verdict.reason)
     print("\n" + "\n".join(f"{k}: {v}" for k, v in report.items()))
     check_nothing_escaped(setup, verdict, log, report)
     for name in ("detached compiler", "collect_env shell"):

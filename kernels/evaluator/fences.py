@@ -42,9 +42,10 @@ SYSTEM_READABLE = (
     "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
 )
 SYSTEM_READABLE_GLOBS = ("/sys/devices/pci*", "/usr/local/cuda-*")
-# device nodes the sandbox may write: its GPU's (CUDA opens them for reading and writing) and /dev/null
+# device nodes the sandbox may write: its GPU's (CUDA opens them for reading and writing) and /dev/null;
+# on CUDA also /dev/shm, where the driver keeps shared memory of its own
 DEVICE_WRITABLE = ("/dev/null",)
-DEVICE_WRITABLE_GLOBS_CUDA = ("/dev/nvidia*", "/dev/nvidia-caps")
+DEVICE_WRITABLE_GLOBS_CUDA = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/shm")
 # What each kind of sandbox may start (seccomp lets nothing start under "none").
 TOOLCHAINS = ("none", "triton", "torch-compile")
 
@@ -74,8 +75,6 @@ def readable_paths(device: str, scratch: list[str]) -> list[str]:
         if os.environ.get(var):
             paths.append(os.environ[var])
     paths += [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
-    if device == "cuda":
-        paths.append("/dev/shm")  # the CUDA driver's own shared memory files
     out = []
     for p in paths:
         p = os.path.abspath(p)
