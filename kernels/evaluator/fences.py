@@ -43,7 +43,8 @@ SYSTEM_READABLE = (
 )
 SYSTEM_READABLE_GLOBS = ("/sys/devices/pci*", "/usr/local/cuda-*")
 # device nodes the sandbox may write: its GPU's (CUDA opens them for reading and writing) and /dev/null;
-# on CUDA also /dev/shm, where the driver keeps shared memory of its own
+# on CUDA also /dev/shm, where the driver keeps shared memory of its own (a tmpfs of the sandbox's own
+# where its mount namespace could be made: isolation.PRIVATE_DEV_SHM)
 DEVICE_WRITABLE = ("/dev/null",)
 DEVICE_WRITABLE_GLOBS_CUDA = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/shm")
 # What each kind of sandbox may start (seccomp lets nothing start under "none").
@@ -157,6 +158,7 @@ def put_up(device: str, *, writable: list[str], readable: list[str], toolchain: 
     toolchain = toolchain if toolchain in TOOLCHAINS else "none"
     programs = toolchain_programs(toolchain) if toolchain != "none" else []
     facts["pid_namespace"] = isolation.PID_NAMESPACE or False
+    facts["private_dev_shm"] = isolation.PRIVATE_DEV_SHM
     if netns:
         facts["netns"] = isolation.unshare_network()
     if landlock:

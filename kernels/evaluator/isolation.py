@@ -73,6 +73,23 @@ def unshare_network() -> bool:
 
 # --- a PID namespace per sandbox ------------------------------------------------------------------
 PID_NAMESPACE = ""  # how this process came to be PID 1 of its own namespace ("" where it did not)
+PRIVATE_DEV_SHM = False  # whether /dev/shm is a small tmpfs of its own (its mount namespace's)
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+DEV_SHM_SIZE = "64m"
+
+
+def _private_dev_shm() -> bool:
+    """In a mount namespace of our own: /dev/shm becomes a small tmpfs that no other process sees
+    (CUDA's driver keeps shared memory there; the host's would be readable, and every sandbox is
+    PID 1, so files named by pid would collide), freed when the namespace ends."""
+    lc = libc()
+    lc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    if lc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    if not os.path.isdir("/dev/shm"):
+        return False
+    return lc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    f"size={DEV_SHM_SIZE},mode=1777".encode()) == 0
 def _own_user_namespace() -> bool:
     """A user namespace of our own, our uid and gid mapped to themselves: inside it this process
     holds the capabilities that unsharing PID and network namespaces needs, and nothing outside it.
@@ -103,13 +120,15 @@ def enter_pid_namespace() -> str:
     same signal), so its parent sees the sandbox's own exit. The keeper dies with its parent and the
     child with the keeper (parent-death signals), so the whole namespace goes with the judge.
 
+    With a mount namespace too (where it can be made), the child gets a /dev/shm of its own.
+
     Returns how the namespace was made ("root", or "user namespace" without root) in the child, or ""
     in this process when no namespace could be made (then nothing forks)."""
     lc = libc()
     how = ""
-    if lc.unshare(CLONE_NEWPID) == 0:
+    if lc.unshare(CLONE_NEWPID | CLONE_NEWNS) == 0 or lc.unshare(CLONE_NEWPID) == 0:
         how = "root"
-    elif _own_user_namespace() and lc.unshare(CLONE_NEWPID) == 0:
+    elif _own_user_namespace() and (lc.unshare(CLONE_NEWPID | CLONE_NEWNS) == 0 or lc.unshare(CLONE_NEWPID) == 0):
         how = "user namespace"
     if not how:
         return ""
@@ -118,8 +137,9 @@ def enter_pid_namespace() -> str:
     pid = os.fork()  # Python's fork: the child runs Python on; no thread exists yet
     if pid == 0:
         lc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        global PID_NAMESPACE
+        global PID_NAMESPACE, PRIVATE_DEV_SHM
         PID_NAMESPACE = how
+        PRIVATE_DEV_SHM = _private_dev_shm()
         return how
     _keep(pid)
     return ""  # not reached: the keeper exits

@@ -17,6 +17,7 @@ import secrets
 import select
 import shutil
 import signal
+import stat
 import statistics
 import subprocess
 import sys
@@ -523,7 +524,7 @@ class RemoteFileProblem:
         self._request_reply({"op": "make", "shape": shape, "seed": seed, "dtype": _dtype_name(dtype),
                              "inputs": str(inputs_path), "reference": str(ref_path) if ref_path else None}, "made")
         self.current_shape = dict(shape)
-        inputs = torch.load(inputs_path, map_location=device, weights_only=True)
+        inputs = _load_regular(inputs_path, device)
         if keep_as is not None:
             os.replace(inputs_path, keep_as)
         else:
@@ -547,7 +548,7 @@ class RemoteFileProblem:
             self._request_reply({"op": "reference", "shape": self.current_shape, "inputs": str(inputs_path),
                                  "output": str(ref_path)}, "referenced")
             inputs_path.unlink(missing_ok=True)
-        ref = torch.load(ref_path, map_location=device, weights_only=True)
+        ref = _load_regular(ref_path, device)
         ref_path.unlink(missing_ok=True)
         return ref
 
@@ -575,6 +576,19 @@ class RemoteFileProblem:
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def _load_regular(path: Path, device) -> object:
+    """torch.load of a file an untrusted process wrote: tensors only, and only a regular file (a
+    symlink could point the judge at a file of its own, a FIFO would hang it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise Outcome("crashed", f"the problem file's process left no readable file {path.name} ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise Outcome("crashed", f"the problem file's process left {path.name} as something other than a file")
+        return torch.load(f, map_location=device, weights_only=True)
 
 
 def _first_tensor(inputs: dict):
