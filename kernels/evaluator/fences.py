@@ -76,6 +76,12 @@ def readable_paths(device: str, scratch: list[str]) -> list[str]:
         if os.environ.get(var):
             paths.append(os.environ[var])
     paths += [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    if device == "cuda":  # where Triton found libcuda (its launchers link against it), wherever that is
+        try:
+            from triton.backends.nvidia.driver import libcuda_dirs
+            paths += list(libcuda_dirs())
+        except Exception:  # no NVIDIA backend, or no libcuda: nothing to add
+            pass
     out = []
     for p in paths:
         p = os.path.abspath(p)
@@ -168,6 +174,7 @@ def put_up(device: str, *, writable: list[str], readable: list[str], toolchain: 
         abi = isolation.restrict_filesystem(all_writable, scope_abstract_unix=device != "cuda",
                                             readable=all_readable, executable=executable)
         facts["landlock"] = abi > 0
+        facts["landlock_abi"] = abi  # TCP rules need 4, scoped signals and abstract sockets 6
         facts["landlock_reads"] = abi > 0 and all_readable is not None
         facts["landlock_exec"] = abi > 0 and executable is not None
     else:

@@ -4,8 +4,9 @@ with Model's constructor; the sandbox loads Model's state_dict into it, so param
 
 The spec half (`file_problem`) reads the file's syntax only, so the CLI and the workflow's activities
 can check a file without torch. The run-time half (`FileReference`) executes the file; it is built in
-the judge process (reference, baselines, roofline bytes) and in the sandbox (the candidate's inputs
-and its ModelNew), never in a worker.
+the problem's fenced process (kernels/evaluator/problem_process.py: inputs, reference, baselines,
+roofline bytes, for the judge) and in the candidate's sandbox (its timed inputs and its ModelNew),
+never in the judge or a worker: a problem file is as untrusted as a candidate.
 
 Optional module-level constants a file may declare:
     TOLERANCE = {"rel": 1e-3, "abs_frac": 1e-2}   relative L2 and max-abs (fraction of max|ref|) limits
