@@ -52,9 +52,10 @@ TOOLCHAINS = ("none", "triton", "torch-compile")
 
 
 def _too_broad(path: str, scratch: list[str]) -> bool:
-    """A readable path that would open the project, the scratch's neighbours or the whole host."""
+    """A readable path that would open the project, the scratch's neighbours, a source checkout (a
+    path entry of an editable install, say) or the whole host."""
     real = os.path.realpath(path)
-    if real == "/":
+    if real == "/" or os.path.exists(os.path.join(real, ".git")):
         return True
     for inside in [str(PROJECT_ROOT), "/tmp", os.path.expanduser("~"), *scratch]:
         inside = os.path.realpath(inside)
