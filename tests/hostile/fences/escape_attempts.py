@@ -25,6 +25,7 @@ def _read(path):
 def hunt_environ(extra_pids):
     """Every /proc/*/environ and cmdline it can open: listed, guessed, and the ones it was told of."""
     found, readable = {}, 0
+    own = os.readlink("/proc/self")  # its pid as /proc counts it (in a PID namespace, not os.getpid())
     try:
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
     except OSError as exc:
@@ -36,7 +37,7 @@ def hunt_environ(extra_pids):
                 data = _read(f"/proc/{pid}/{what}")
             except OSError:
                 continue
-            if pid != str(os.getpid()):
+            if pid != own:
                 readable += 1
             at = data.find(b"sk-marathon")
             if at >= 0:
