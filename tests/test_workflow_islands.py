@@ -25,7 +25,7 @@ from serving.chaos import spawn_worker, stop_process, wait_running
 from reports.collect import collect
 from reports.render import render_md
 from workflows import names
-from workflows.kernel_optimization import _geomean_latency
+from workflows.yardstick import geomean_latency as _geomean_latency
 from workflows.models import Budgets, EvalSettings, ModelSettings, RunReport, RunSpec
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
