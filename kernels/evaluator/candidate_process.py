@@ -461,34 +461,39 @@ class CandidateServer:
         return {"kind": "timed", **result, "seeds": seeds, "facts": facts}
 
     def arm(self, cmd: dict) -> dict:
-        """Inputs for one clocked call (the judge times the `fire` that follows by its own clock), and
-        the weights of the digest its reply carries, made before that clock starts."""
+        """Inputs for a batch of clocked calls (the judge times the `fire` that follows by its own clock),
+        one set per seed, and the weights of the digests its reply carries: made before that clock starts."""
         reference = self._problem_reference(cmd)
         self._prepare(cmd["shape"], cmd["dtype"])
         shape, dtype = cmd["shape"], getattr(torch, cmd["dtype"])
-        inputs = reference.make_inputs(shape, int(cmd["seed"]), self.device, dtype)
+        sets = [reference.make_inputs(shape, int(seed), self.device, dtype) for seed in cmd["seeds"]]
         expected_shape = tuple(reference.output_spec(shape, dtype)[0])
         weights = timing.digest_weights(math.prod(expected_shape), int(cmd["a"]), int(cmd["b"]), self.device)
-        self.armed = (inputs, expected_shape, dtype, int(cmd["index"]), weights)
+        self.armed = (sets, expected_shape, dtype, int(cmd["index"]), weights)
         if self.device == "cuda":
             torch.cuda.synchronize()
         return {"kind": "armed"}
 
     def fire(self, cmd: dict) -> dict:
-        """The armed call, synchronised, and the digest of its output: the reply that stops the judge's
-        clock carries it, so the output had to exist by then. The output is kept for save_timed."""
-        inputs, expected_shape, dtype, index, weights = self.armed
+        """The armed calls back to back, one synchronisation, and the digest of each output: the reply
+        that stops the judge's clock carries them, so the outputs had to exist by then. The outputs are
+        kept for save_timed."""
+        sets, expected_shape, dtype, index, weights = self.armed
         self.armed = None
-        with self.around(index):
-            out = self.fn(**inputs)
+        outs = []
+        for k, inputs in enumerate(sets):
+            with self.around(index + k):
+                outs.append(self.fn(**inputs))
         if self.device == "cuda":
             torch.cuda.synchronize()
-        problem = _output_problem(out, [], expected_shape, dtype, self.device)
-        digest = None
-        if problem is None:
-            digest = timing.output_digest(out, weights)
-            self.timed[index] = out
-        return {"kind": "fired", "digest": digest, "output_problem": problem}
+        digests, problem = [], None
+        for k, out in enumerate(outs):
+            problem = _output_problem(out, [], expected_shape, dtype, self.device)
+            if problem is not None:
+                break
+            digests.append(timing.output_digest(out, weights))
+            self.timed[index + k] = out
+        return {"kind": "fired", "digests": digests, "output_problem": problem}
 
     def save_timed(self, cmd: dict) -> dict:
         saved = {}

@@ -14,6 +14,28 @@ import torch
 
 FLUSH_BYTES = 256 * 2**20  # over 4x the H200's 60 MB L2
 
+# The clocks, taken when this module is imported (in the sandbox, before any candidate code): the
+# timing below calls these, so rebinding time.perf_counter or a method of torch.cuda.Event later
+# changes nothing here (and the sandbox's integrity check reports it).
+_perf_counter = time.perf_counter
+_Event = torch.cuda.Event
+_EventBase = _Event.__mro__[1]  # torch's C event type (a stand-in on CPU-only builds)
+_event_record = getattr(_EventBase, "record", None)  # None on CPU-only builds, which time with _perf_counter
+_event_elapsed_ms = getattr(_EventBase, "elapsed_time", None)
+_current_stream, _synchronize = torch.cuda.current_stream, torch.cuda.synchronize
+
+
+def _event():
+    return _Event(enable_timing=True)
+
+
+def _record(event) -> None:
+    _event_record(event, _current_stream())
+
+
+def _elapsed_us(start, end) -> float:
+    return _event_elapsed_ms(start, end) * 1e3
+
 
 class L2Flush:
     """Empties the L2 of everything a timed call could reuse. `read` (the default) streams a buffer
@@ -55,15 +77,15 @@ def captured(fn: Callable[[], object]) -> "torch.cuda.CUDAGraph":
 
 def median_event_us(launch: Callable[[], object], flush: "L2Flush", reps: int) -> float:
     """Median of `reps` CUDA-event timings of `launch()`, the L2 flushed before each."""
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    starts = [_event() for _ in range(reps)]
+    ends = [_event() for _ in range(reps)]
     for start, end in zip(starts, ends):
         flush()
-        start.record()
+        _record(start)
         launch()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+        _record(end)
+    _synchronize()
+    return statistics.median(_elapsed_us(s, e) for s, e in zip(starts, ends))
 
 
 def _call_all(fn: Callable, inputs: dict):
@@ -102,9 +124,9 @@ def time_cpu(fn: Callable, input_sets: list[dict], reps: int, warmup: int, *, pr
     for _ in range(reps):
         inputs = hooks.prepare(i)
         with hooks.around(i):
-            t0 = time.perf_counter()
+            t0 = _perf_counter()
             out = _call_all(fn, inputs)
-            times.append((time.perf_counter() - t0) * 1e6)
+            times.append((_perf_counter() - t0) * 1e6)
         hooks.record(i, out)
         i += 1
     return {"times_us": times, "graph_times_us": None, "graph_error": "no CUDA graphs on the CPU",
@@ -125,40 +147,40 @@ def time_cuda(fn: Callable, input_sets: list[dict], reps: int, warmup: int, grap
     host_us = 0.0
     for _ in range(warmup):
         inputs = hooks.prepare(i)
-        t0 = time.perf_counter()
+        t0 = _perf_counter()
         out = hooks.call(fn, i, inputs)
-        host_us = max(host_us, (time.perf_counter() - t0) * 1e6)  # the host's cost of enqueueing a call
+        host_us = max(host_us, (_perf_counter() - t0) * 1e6)  # the host's cost of enqueueing a call
         hooks.record(i, out)
         phases["warmup"].append(i)
         i += 1
-    torch.cuda.synchronize()
+    _synchronize()
     hold = _hold_cycles(host_us)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    wall0 = time.perf_counter()
+    starts = [_event() for _ in range(reps)]
+    ends = [_event() for _ in range(reps)]
+    wall0 = _perf_counter()
     for r in range(reps):
         inputs = hooks.prepare(i)  # the refill is enqueued before the flush, so it leaves no trace in L2
         flush()
         _hold(hold)
         with hooks.around(i):
-            starts[r].record()
+            _record(starts[r])
             out = _call_all(fn, inputs)
-            ends[r].record()
+            _record(ends[r])
         hooks.record(i, out)
         phases["timed"].append(i)
         i += 1
-    torch.cuda.synchronize()  # the whole device: work on side streams is waited for too
-    wall_s = time.perf_counter() - wall0
-    times = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    _synchronize()  # the whole device: work on side streams is waited for too
+    wall_s = _perf_counter() - wall0
+    times = [_elapsed_us(s, e) for s, e in zip(starts, ends)]
     sync_wall = []
     for _ in range(sync_reps):
         inputs = hooks.prepare(i)
-        torch.cuda.synchronize()
+        _synchronize()
         with hooks.around(i):
-            t0 = time.perf_counter()
+            t0 = _perf_counter()
             out = _call_all(fn, inputs)
-            torch.cuda.synchronize()
-            sync_wall.append((time.perf_counter() - t0) * 1e6)
+            _synchronize()
+            sync_wall.append((_perf_counter() - t0) * 1e6)
         hooks.record(i, out)
         phases["sync"].append(i)
         i += 1
@@ -170,7 +192,7 @@ def time_cuda(fn: Callable, input_sets: list[dict], reps: int, warmup: int, grap
             result["graph_times_us"] = _time_graph(fn, hooks, n, reps, flush, i, phases["graph"], hold)
         except Exception as exc:  # not every callable is capturable; the eager figure stands
             result["graph_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            torch.cuda.synchronize()
+            _synchronize()
     return result
 
 
@@ -209,22 +231,22 @@ def _time_graph(fn: Callable, hooks: _Hooks, n_graphs: int, reps: int, flush: L2
         with torch.cuda.graph(g):
             outs.append(hooks.call(fn, i, inputs))
         graphs.append(g)
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    _synchronize()
+    starts = [_event() for _ in range(reps)]
+    ends = [_event() for _ in range(reps)]
     for r in range(reps):
         slot = r % len(graphs)
         hooks.prepare(i, slot)
         flush()
         _hold(hold)
-        starts[r].record()
+        _record(starts[r])
         graphs[slot].replay()
-        ends[r].record()
+        _record(ends[r])
         hooks.record(i, outs[slot], copy=True)
         indices.append(i)
         i += 1
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    _synchronize()
+    return [_elapsed_us(s, e) for s, e in zip(starts, ends)]
 
 
 DIGEST_MODULUS = 2**31 - 1  # prime; index * a + b stays exact in int64 for outputs of up to 2**32 elements

@@ -1,9 +1,9 @@
 """Forging the time with every in-process record forged too: after an escape, the sandbox's timers
-(time.perf_counter, CUDA events) report a thousandth of the real time, and the harness's integrity
-check of its own modules is replaced by one that finds nothing. Defence: statically, the match
-statement; past the policy, the judge's own clock: it times a few calls across the process boundary
-and rejects a reported time far below what it saw (a digest in each reply ties the output to the
-moment the clock stopped). Expected: rejected; run-time: rejected ("judge's own clock")."""
+(time.perf_counter, CUDA events, and the references the harness's timing took to them) report a
+thousandth of the real time, and the harness's integrity check of its own modules is replaced by one
+that finds nothing. Defence: statically, the match statement; past the policy, the judge's own clock:
+it times a batch of calls across the process boundary and rejects a reported time far below what it
+saw (a digest of each output in the reply ties the outputs to the moment the clock stopped). Expected: rejected; run-time: rejected ("judge's own clock")."""
 import torch
 import triton
 import triton.language as tl
@@ -70,8 +70,12 @@ def _forge():
     time, sys = imp("time"), imp("sys")
     real = time.perf_counter
     start = real()
-    time.perf_counter = lambda: start + (real() - start) / 1000.0
+    slow = lambda: start + (real() - start) / 1000.0  # noqa: E731
+    time.perf_counter = slow
     torch.cuda.Event.elapsed_time = lambda self, end: 0.001
+    timing = sys.modules["kernels.evaluator.timing"]  # and the references the timing took at import
+    timing._perf_counter = slow
+    timing._event_elapsed_ms = lambda start_event, end_event: 0.001
     for module in list(sys.modules.values()):
         integrity = getattr(module, "Integrity", None)
         if isinstance(integrity, type):
