@@ -34,7 +34,7 @@ def judge(tree: Path, problem: str, kernel: str, env: dict[str, str], timeout: f
     with tempfile.TemporaryDirectory(prefix="marathon-ab-") as tmp:
         req_path, out_path = Path(tmp) / "request.json", Path(tmp) / "verdict.json"
         req_path.write_text(req.model_dump_json())
-        full = {**os.environ, **env, "PYTHONPATH": str(tree)}
+        full = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
         t0 = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)],
                               capture_output=True, text=True, timeout=timeout + 240, cwd=tmp, env=full)
