@@ -60,6 +60,9 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=400.0, help="seconds; no round starts after it")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for every judge")
+    ap.add_argument("--cold", action="append", default=[],
+                    help="a tree NAME whose first judge of each kernel starts from an empty Triton cache "
+                         "(so the whole compile path runs in its sandbox)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     trees = dict(t.split("=", 1) for t in args.tree)
@@ -76,7 +79,10 @@ def main() -> int:
         for problem, kernel in kernels:
             order = names if r % 2 == 0 else names[::-1]
             for name in order:
-                res = judge(Path(trees[name]).resolve(), problem, kernel, env, args.timeout)
+                run_env = dict(env)
+                if name in args.cold and r == 0:
+                    run_env["MARATHON_TRITON_CACHE"] = tempfile.mkdtemp(prefix="marathon-ab-cache-")
+                res = judge(Path(trees[name]).resolve(), problem, kernel, run_env, args.timeout)
                 runs.append({"round": r, "tree": name, "problem": problem, "kernel": kernel, **res})
                 first = res.get("shapes", [{}])[0] if res.get("shapes") else {}
                 print(f"[{time.monotonic() - t0:6.1f}s] round {r} {problem}:{kernel} {name}: {res['status']} "

@@ -461,39 +461,77 @@ class CandidateServer:
         return {"kind": "timed", **result, "seeds": seeds, "facts": facts}
 
     def arm(self, cmd: dict) -> dict:
-        """Inputs for a batch of clocked calls (the judge times the `fire` that follows by its own clock),
-        one set per seed, and the weights of the digests its reply carries: made before that clock starts."""
+        """A batch of clocked calls, made ready before the judge's clock starts (it times the `fire` that
+        follows): an input set per seed of `capture_seeds`; on CUDA the calls on them captured in one
+        CUDA graph (after a warm-up call each, as torch.cuda.graphs asks), so that the fire replays them
+        with none of the candidate's Python on the clock; then every set refilled with the values of its
+        seed in `seeds`, which the outputs are checked against. Also the weights of the digests."""
         reference = self._problem_reference(cmd)
         self._prepare(cmd["shape"], cmd["dtype"])
         shape, dtype = cmd["shape"], getattr(torch, cmd["dtype"])
-        sets = [reference.make_inputs(shape, int(seed), self.device, dtype) for seed in cmd["seeds"]]
+        sets = [reference.make_inputs(shape, int(seed), self.device, dtype) for seed in cmd["capture_seeds"]]
         expected_shape = tuple(reference.output_spec(shape, dtype)[0])
         weights = timing.digest_weights(math.prod(expected_shape), int(cmd["a"]), int(cmd["b"]), self.device)
-        self.armed = (sets, expected_shape, dtype, int(cmd["index"]), weights)
+        index = int(cmd["index"])
+        graph, outs, graph_error = None, None, None
+        if self.device == "cuda" and cmd.get("graph", True):
+            try:
+                graph, outs = self._capture(sets, index)
+            except Exception as exc:  # not every callable is capturable: the batch runs eagerly
+                graph_error = f"{type(exc).__name__}: {exc}"[:300]
+                torch.cuda.synchronize()
+        for inputs, seed in zip(sets, cmd["seeds"]):
+            for name, value in reference.make_inputs(shape, int(seed), self.device, dtype).items():
+                if isinstance(value, torch.Tensor):
+                    inputs[name].copy_(value)
+        self.armed = (sets, expected_shape, dtype, index, weights, graph, outs)
         if self.device == "cuda":
             torch.cuda.synchronize()
-        return {"kind": "armed"}
+        return {"kind": "armed", "graph": graph is not None, "graph_error": graph_error}
+
+    def _capture(self, sets: list[dict], index: int):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for k, inputs in enumerate(sets):
+                with self.around(index + k):
+                    self.fn(**inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph, outs = torch.cuda.CUDAGraph(), []
+        with torch.cuda.graph(graph):
+            for k, inputs in enumerate(sets):
+                with self.around(index + len(sets) + k):
+                    outs.append(self.fn(**inputs))
+        torch.cuda.synchronize()
+        return graph, outs
 
     def fire(self, cmd: dict) -> dict:
-        """The armed calls back to back, one synchronisation, and the digest of each output: the reply
-        that stops the judge's clock carries them, so the outputs had to exist by then. The outputs are
-        kept for save_timed."""
-        sets, expected_shape, dtype, index, weights = self.armed
+        """The armed calls, back to back (the graph replayed, or eagerly), one synchronisation, and the
+        digest of each output: the reply that stops the judge's clock carries them, so the outputs had
+        to exist by then. The outputs are kept for save_timed."""
+        sets, expected_shape, dtype, index, weights, graph, outs = self.armed
         self.armed = None
-        outs = []
-        for k, inputs in enumerate(sets):
-            with self.around(index + k):
-                outs.append(self.fn(**inputs))
+        if graph is not None:
+            graph.replay()
+        else:
+            outs = []
+            for k, inputs in enumerate(sets):
+                with self.around(index + k):
+                    outs.append(self.fn(**inputs))
         if self.device == "cuda":
             torch.cuda.synchronize()
-        digests, problem = [], None
-        for k, out in enumerate(outs):
+        for out in outs:
             problem = _output_problem(out, [], expected_shape, dtype, self.device)
             if problem is not None:
-                break
-            digests.append(timing.output_digest(out, weights))
+                return {"kind": "fired", "digests": [], "output_problem": problem}
+        digests = timing.output_digests(outs, weights)
+        for k, out in enumerate(outs):
             self.timed[index + k] = out
-        return {"kind": "fired", "digests": digests, "output_problem": problem}
+        return {"kind": "fired", "digests": digests, "output_problem": None}
+
+    def ping(self, cmd: dict) -> dict:
+        return {"kind": "pong"}
 
     def save_timed(self, cmd: dict) -> dict:
         saved = {}
@@ -523,7 +561,7 @@ class CandidateServer:
                 continue
             try:
                 handler = {"call": self.call, "time": self.time, "save_timed": self.save_timed,
-                           "arm": self.arm, "fire": self.fire}[op]
+                           "arm": self.arm, "fire": self.fire, "ping": self.ping}[op]
                 self.channel.send(handler(cmd))
             except Exception as exc:
                 text = traceback.format_exc(limit=8)

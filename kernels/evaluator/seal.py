@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import site
 import sys
 import sysconfig
@@ -193,6 +194,8 @@ def install(*, candidate_file: str, scratch: str, workdir: str, triton_cache: st
     frame_type = types.FrameType
     _str, _bytes, _int, _type, _len, _tuple = str, bytes, int, type, len, tuple
     basename = os.path.basename
+    path_types = (pathlib.PosixPath, pathlib.PurePosixPath)
+    path_str = pathlib.PurePath.__str__
 
     def actors(frame):
         """Who asked, from the innermost frame out: `loose`, the first caller that is not the standard
@@ -235,6 +238,8 @@ def install(*, candidate_file: str, scratch: str, workdir: str, triton_cache: st
         return loose, strict, importing, compiling, codegen
 
     def normalise(path):
+        if _type(path) in path_types:
+            path = path_str(path)  # Triton names its cache files with pathlib paths
         if _type(path) is _bytes:
             path = path.decode("utf-8", "surrogateescape")
         if _type(path) is not _str or "\x00" in path:
@@ -271,8 +276,8 @@ def install(*, candidate_file: str, scratch: str, workdir: str, triton_cache: st
             return f"{'of ' + shown + ' ' if shown else ''}(candidate code touches no file)"
         if target is None:
             return None
-        if _type(target) is _int and event == "open":
-            return None  # a descriptor the process already holds (a pipe, a temporary file)
+        if _type(target) is _int and group != "write":
+            return None  # a descriptor the process already holds (a pipe, a temporary file, a folder)
         writing = group == "write"
         if group == "read_or_write":
             mode = args[1] if _len(args) > 1 else None

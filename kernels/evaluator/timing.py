@@ -265,6 +265,12 @@ def output_digest(out: torch.Tensor, weights: torch.Tensor) -> float:
     return float((out.detach().reshape(-1).double() * weights).sum().item())
 
 
+def output_digests(outs: list[torch.Tensor], weights: torch.Tensor) -> list[float]:
+    """output_digest of each of `outs` (one shape), in a few kernels and one synchronisation."""
+    stacked = torch.stack([o.detach().reshape(-1) for o in outs]).double()
+    return [float(d) for d in (stacked * weights).sum(dim=1).tolist()]
+
+
 def time_fn(fn: Callable, input_sets: list[dict], device: str, reps: int, warmup: int, **hooks) -> dict:
     if device == "cuda":
         return time_cuda(fn, input_sets, reps, warmup, **hooks)
