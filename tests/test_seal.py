@@ -228,16 +228,25 @@ def test_integrity_sees_a_replaced_method_and_a_shadowing_one():
     assert integrity.changes() == []
 
 
-def test_the_output_digest_is_the_same_wherever_it_is_computed():
-    out = torch.randn(3, 5, 7).half()
-    w = timing.digest_weights(out.numel(), 123457, 99, "cpu")
+def test_the_batch_digest_and_the_perturbation_are_the_same_wherever_computed():
+    outs = [torch.randn(3, 5, 7).half() for _ in range(4)]
+    w = timing.digest_weights(64, 123457, 99, "cpu")
     assert float(w.min()) >= -0.5 and float(w.max()) < 0.5
-    d = timing.output_digest(out, w)
-    assert d == timing.output_digest(out.clone(), timing.digest_weights(out.numel(), 123457, 99, "cpu"))
-    other = out.clone()
-    other.view(-1)[17] += 1
-    assert timing.output_digest(other, w) != d
+    d = timing.batch_digest(outs, 7919, 13, w)
+    assert d == timing.batch_digest([o.clone() for o in outs], 7919, 13, w)
+    other = [o.clone() for o in outs]
+    pos = (torch.arange(64) * 7919 + 13) % (4 * 105)
+    other[int(pos[5]) // 105].view(-1)[int(pos[5]) % 105] += 1  # one element the digest covers
+    assert timing.batch_digest(other, 7919, 13, w) != d
+    inputs = {"q": torch.randn(2, 8).half(), "kv": torch.randn(2, 64, 8).half(), "scale": 0.5}
+    before = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    assert timing.perturb_inputs(inputs, 31337, 4) == "q"  # the smallest floating input
+    assert torch.equal(inputs["kv"], before["kv"]) and not torch.equal(inputs["q"], before["q"])
+    ratio = (inputs["q"].float() / before["q"].float()).nan_to_num(0.9)
+    assert float(ratio.min()) >= 0.79 and float(ratio.max()) <= 1.0
     if torch.cuda.is_available():
-        wc = timing.digest_weights(out.numel(), 123457, 99, "cuda")
-        assert torch.equal(wc.cpu(), w)
-        assert abs(timing.output_digest(out.cuda(), wc) - d) <= 1e-12 * float((out.double().abs()).sum())
+        assert torch.equal(timing.digest_weights(64, 123457, 99, "cuda").cpu(), w)
+        assert abs(timing.batch_digest([o.cuda() for o in outs], 7919, 13, w.cuda()) - d) <= 1e-9 * (abs(d) + 1)
+        again = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in before.items()}
+        timing.perturb_inputs(again, 31337, 4)
+        assert torch.equal(again["q"].cpu(), inputs["q"])

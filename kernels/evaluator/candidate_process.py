@@ -465,13 +465,12 @@ class CandidateServer:
         follows): an input set per seed of `capture_seeds`; on CUDA the calls on them captured in one
         CUDA graph (after a warm-up call each, as torch.cuda.graphs asks), so that the fire replays them
         with none of the candidate's Python on the clock; then every set refilled with the values of its
-        seed in `seeds`, which the outputs are checked against. Also the weights of the digests."""
+        seed in `seeds`. The digest's weights too."""
         reference = self._problem_reference(cmd)
         self._prepare(cmd["shape"], cmd["dtype"])
         shape, dtype = cmd["shape"], getattr(torch, cmd["dtype"])
         sets = [reference.make_inputs(shape, int(seed), self.device, dtype) for seed in cmd["capture_seeds"]]
         expected_shape = tuple(reference.output_spec(shape, dtype)[0])
-        weights = timing.digest_weights(math.prod(expected_shape), int(cmd["a"]), int(cmd["b"]), self.device)
         index = int(cmd["index"])
         graph, outs, graph_error = None, None, None
         if self.device == "cuda" and cmd.get("graph", True):
@@ -484,6 +483,7 @@ class CandidateServer:
             for name, value in reference.make_inputs(shape, int(seed), self.device, dtype).items():
                 if isinstance(value, torch.Tensor):
                     inputs[name].copy_(value)
+        weights = timing.digest_weights(timing.DIGEST_ELEMENTS, int(cmd["a"]), int(cmd["b"]), self.device)
         self.armed = (sets, expected_shape, dtype, index, weights, graph, outs)
         if self.device == "cuda":
             torch.cuda.synchronize()
@@ -507,11 +507,14 @@ class CandidateServer:
         return graph, outs
 
     def fire(self, cmd: dict) -> dict:
-        """The armed calls, back to back (the graph replayed, or eagerly), one synchronisation, and the
-        digest of each output: the reply that stops the judge's clock carries them, so the outputs had
-        to exist by then. The outputs are kept for save_timed."""
+        """On the judge's clock: every armed input set perturbed by the factors the command brings, the
+        calls made back to back (the graph replayed, or eagerly), and one digest of the outputs at
+        positions the command draws: the reply that stops the clock carries it. The outputs are kept
+        for save_timed, and checked in full there."""
         sets, expected_shape, dtype, index, weights, graph, outs = self.armed
         self.armed = None
+        for k, inputs in enumerate(sets):
+            timing.perturb_inputs(inputs, int(cmd["pa"]), int(cmd["pb"]) + k)
         if graph is not None:
             graph.replay()
         else:
@@ -519,16 +522,13 @@ class CandidateServer:
             for k, inputs in enumerate(sets):
                 with self.around(index + k):
                     outs.append(self.fn(**inputs))
-        if self.device == "cuda":
-            torch.cuda.synchronize()
-        for out in outs:
-            problem = _output_problem(out, [], expected_shape, dtype, self.device)
-            if problem is not None:
-                return {"kind": "fired", "digests": [], "output_problem": problem}
-        digests = timing.output_digests(outs, weights)
         for k, out in enumerate(outs):
+            if type(out) is not torch.Tensor or tuple(out.shape) != expected_shape or out.dtype != dtype:
+                return {"kind": "fired", "digest": None,
+                        "output_problem": _output_problem(out, [], expected_shape, dtype, self.device)}
             self.timed[index + k] = out
-        return {"kind": "fired", "digests": digests, "output_problem": None}
+        return {"kind": "fired", "digest": timing.batch_digest(outs, int(cmd["da"]), int(cmd["db"]), weights),
+                "output_problem": None}
 
     def ping(self, cmd: dict) -> dict:
         return {"kind": "pong"}

@@ -1015,10 +1015,11 @@ class Judge:
     def _clock(self, candidate, result: ShapeResult, shape, input_bytes: int) -> None:
         """Calls timed by the judge's own clock, across the process boundary. A batch is armed outside
         the clock: fresh inputs for each call and, on a GPU, the calls captured in a CUDA graph, then the
-        inputs refilled with other values; the fire replays the graph (or, where the candidate cannot be
-        captured, makes the calls eagerly) and synchronises; the clock stops when the reply arrives, and
-        the reply carries a digest (random weights, drawn here) of every output. The outputs are then
-        checked against the reference on the refilled values and against their digests. Nothing in the
+        inputs refilled with other values. The fire command brings factors that perturb one input of each
+        call (so nothing could be computed for its inputs before the clock started) and positions for a
+        digest; the sandbox replays the graph (or, where the candidate cannot be captured, makes the calls
+        eagerly), and the reply that stops the clock carries the digest of the outputs. They are then
+        checked against the reference on the same inputs and against the digest. Nothing in the
         candidate's process decides this time, so a patched timer, forged statistics or an answer
         computed after the clock stopped (lazily, in the untimed checking) fails here even with every
         in-process record forged. On a GPU twice: the quicker batch counts."""
@@ -1035,13 +1036,14 @@ class Judge:
             seed0 = 3 * secrets.randbelow(2**20) + 2**24  # neither a correctness nor a timing seed
             capture_seeds, seeds = [seed0 + k for k in range(n)], [seed0 + n + k for k in range(n)]
             index = CLOCKED_INDEX + batch * 4 * CLOCKED_CALLS
-            a, b = secrets.randbelow(timing.DIGEST_MODULUS - 1) + 1, secrets.randbelow(timing.DIGEST_MODULUS)
+            draw = lambda: secrets.randbelow(timing.DIGEST_MODULUS - 1) + 1  # noqa: E731
+            a, b, pa, pb, da, db = (draw() for _ in range(6))
             armed = candidate.request({"op": "arm", "problem": self.spec.name, "shape": shape, "dtype": dtype,
                                        "capture_seeds": capture_seeds, "seeds": seeds, "index": index, "a": a, "b": b,
                                        "graph": cuda}, "armed")
             graphed = graphed and bool(armed.get("graph"))
             t0 = time.perf_counter()
-            reply = candidate.request({"op": "fire"}, "fired")
+            reply = candidate.request({"op": "fire", "pa": pa, "pb": pb, "da": da, "db": db}, "fired")
             per_call.append((time.perf_counter() - t0) * 1e6 / n)
             if reply["output_problem"]:
                 raise Outcome("incorrect", f"the candidate {reply['output_problem']} (a call timed by the judge)")
@@ -1051,46 +1053,49 @@ class Judge:
             self._record_checks(calls, outside, indices, where)
             if not all(calls[i].own for i in indices):
                 raise Outcome("rejected", f"a call{where} launched none of the candidate's kernels")
-            digests = reply["digests"]
-            if not isinstance(digests, list) or len(digests) != n:
-                raise Outcome("rejected", "the reply to the calls timed by the judge lacks their digests")
             kept = [index + k for k in range(n)]
             saved = candidate.request({"op": "save_timed", "indices": kept, "dir": str(candidate.workdir)}, "saved")
             self._facts(saved, where)
-            for k, ref in enumerate(self._references(shape, seeds)):
+            outs = []
+            for k, seed in enumerate(seeds):
                 path = saved["files"].get(str(kept[k]))
                 if path is None:
                     raise Outcome("incorrect", "a call timed by the judge returned no usable output")
                 out = torch.load(path, weights_only=True)
                 Path(path).unlink(missing_ok=True)
+                inputs = self.reference.make_inputs(shape, seed, self.device, self.dtype)
+                timing.perturb_inputs(inputs, pa, pb + k)
+                ref = self.reference.reference(**inputs)
                 rel, max_abs, finite = compare(out, ref)
                 if not finite or rel > self.tolerance.rel or max_abs > self.tolerance.abs_frac * ref.abs().max().item():
                     why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
-                    raise Outcome("incorrect", f"the output of a call timed by the judge at {_fmt(shape)} is wrong "
-                                  f"({why}): fresh values were put in its inputs after it was captured")
-                weights = timing.digest_weights(out.numel(), a, b, "cpu")
-                digest = timing.output_digest(out, weights)
-                scale = (out.double().reshape(-1).abs() * weights.abs()).sum().item()
-                claimed = digests[k]
-                if not isinstance(claimed, (int, float)) or abs(claimed - digest) > 1e-9 * scale + 1e-30:
-                    raise Outcome("rejected", f"the output saved after a call timed by the judge at {_fmt(shape)} is not "
-                                  "the one its reply described when the clock stopped: the answer was computed afterwards")
-                del out, ref
+                    raise Outcome("incorrect", f"the output of a call timed by the judge at {_fmt(shape)} is wrong ({why}): "
+                                  "its inputs took fresh values when the clock started")
+                outs.append(out)
+                del inputs, ref
+            weights = timing.digest_weights(timing.DIGEST_ELEMENTS, a, b, "cpu")
+            digest = timing.batch_digest(outs, da, db, weights)
+            claimed = reply["digest"]
+            if not isinstance(claimed, (int, float)) or abs(claimed - digest) > 1e-6 * (abs(digest) + 1.0):
+                raise Outcome("rejected", f"the outputs saved after the calls timed by the judge at {_fmt(shape)} are not "
+                              "the ones their reply described when the clock stopped: the answers were computed afterwards")
+            del outs
         result.timing.judge_clock_us = round(min(per_call), 3)
         self._clock_check(result, shape, min(per_call), n, min(pings), graphed)
 
     def _clock_check(self, result: ShapeResult, shape, judge_us: float, n: int, ping_us: float, graphed: bool) -> None:
         """The reported per-call time against the judge's own: a batch's round trip over its calls is at
-        least what a call takes. Replayed from a CUDA graph, a call's share is its GPU time (warm L2,
-        so at most the reported cold figure) plus the round trip and digests spread over the batch: the
-        bound is tight (2x). Made eagerly (the CPU, or a candidate no graph can hold), a call's share
-        also holds the host's cost of launching it from Python, which the events leave out: the bound
-        is loose (5x the larger of the event and synchronised wall-clock figures). The round trip allowed
-        for is the judge's own ping of the process, capped (a process slowed on purpose gains little)."""
+        least what a call takes. Replayed from a CUDA graph, a call's share is its GPU time (warm L2, so
+        about the reported cold figure or less) plus the perturbation, the round trip and the digest
+        spread over the batch: the bound is tight (3x). Made eagerly (the CPU, or a candidate no graph can
+        hold), a call's share also holds the host's cost of launching it from Python, which the events
+        leave out: the bound is loose (5x the larger of the event and synchronised wall-clock figures).
+        The round trip allowed for is the judge's own ping of the process, capped (a process slowed on
+        purpose gains little)."""
         claimed = result.timing.median_us
-        overhead = (min(ping_us, 1000.0) + 200.0) / n
+        overhead = (min(ping_us, 1000.0) + 300.0) / n + 5.0
         if graphed:
-            limit, flag, what = 2 * claimed + overhead + 10.0, 1.5 * claimed + overhead + 10.0, "replayed in a CUDA graph"
+            limit, flag, what = 3 * claimed + overhead, 2 * claimed + overhead, "replayed in a CUDA graph"
         else:
             host = max(claimed, result.timing.sync_wall_us or 0.0)
             limit = 5 * host + overhead + (100.0 if self.device == "cuda" else 2000.0)
