@@ -667,10 +667,10 @@ def main(argv: list[str] | None = None) -> int:
     fences["non_dumpable"] = dumpable_off
     fences["seccomp"] = bool(args.seccomp) and isolation.install_seccomp(allow_exec_children=args.device == "cuda")
     reply({"kind": "fenced", "fences": fences})
-    modules_before = set(sys.modules)
-    base_threads = {t.name for t in threading.enumerate() if t is not threading.main_thread()}
     if args.problem_file:  # imported before the seal: the harness's half of a file problem
         import kernels.problems.kernelbench_runtime  # noqa: F401
+    modules_before = set(sys.modules)
+    base_threads = {t.name for t in threading.enumerate() if t is not threading.main_thread()}
     # The seal, last before any code of the candidate's or the problem's runs: the audit hook, and the
     # harness's modules and classes as they are now (kernels/evaluator/seal.py).
     integrity = seal.Integrity(seal.harness_objects(sys.modules[__name__]))

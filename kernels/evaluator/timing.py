@@ -277,14 +277,14 @@ def perturb_inputs(inputs: dict, a: int, b: int) -> str | None:
 
 def batch_digest(outs: list[torch.Tensor], a: int, b: int, weights: torch.Tensor) -> float:
     """A float64 weighted sum over DIGEST_ELEMENTS positions (an arithmetic progression from (a, b),
-    modulo the batch's size) of the outputs laid end to end: what the reply of a clocked batch carries,
+    modulo the batch's size; fewer for a smaller batch) of the outputs laid end to end: what the reply of a clocked batch carries,
     so the outputs had to be there when the judge's clock stopped (values computed later, lazily or in
     the untimed checking, cannot have matched it). The positions are drawn when the clock starts, so
     every element must be ready; a few kernels whatever the outputs' size."""
     flat = torch.cat([o.detach().reshape(-1) for o in outs])
-    m = weights.numel()
+    m = min(weights.numel(), flat.numel())  # small outputs: as many positions as elements
     pos = (torch.arange(m, dtype=torch.int64, device=flat.device) * (a % DIGEST_MODULUS) + b) % flat.numel()
-    return float((flat[pos].double() * weights.to(flat.device)).sum().item())
+    return float((flat[pos].double() * weights[:m].to(flat.device)).sum().item())
 
 
 def time_fn(fn: Callable, input_sets: list[dict], device: str, reps: int, warmup: int, **hooks) -> dict:
