@@ -61,7 +61,7 @@ def test_rules_for_candidate_frames(tmp_path):
         ("import", ("os", None, [], [], []), "of os"),
         ("sys.addaudithook", (), "never allowed"),
         ("sys.settrace", (None,), "never allowed"),
-        ("os.putenv", ("A", "B"), "touches no file"),
+        ("os.putenv", ("TRITON_PTXAS_PATH", "/bin/sh"), "TRITON_PTXAS_PATH"),
     ]
     for event, args, needle in deny:
         why = s.verdict(event, args, frame)

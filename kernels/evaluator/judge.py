@@ -138,8 +138,7 @@ def _limits(device: str):
 
 
 FENCE_SWITCHES = {"seccomp": "MARATHON_SANDBOX_SECCOMP", "landlock": "MARATHON_SANDBOX_LANDLOCK",
-                  "netns": "MARATHON_SANDBOX_NETNS", "capabilities": "MARATHON_SANDBOX_DROP_CAPABILITIES",
-                  "seal": "MARATHON_SANDBOX_SEAL"}
+                  "netns": "MARATHON_SANDBOX_NETNS", "capabilities": "MARATHON_SANDBOX_DROP_CAPABILITIES"}
 
 
 def seal_mode() -> str:
@@ -251,7 +250,7 @@ class CandidateProcess:
         candidate = self.scratch / "candidate.py"
         candidate.write_text(source)
         writable = [str(self.workdir), triton_cache_dir(), "/dev", "/dev/shm"]
-        switches = {name: int(_env_flag(var)) for name, var in FENCE_SWITCHES.items() if name != "seal"}
+        switches = {name: int(_env_flag(var)) for name, var in FENCE_SWITCHES.items()}
         self.send({"nonce": self.nonce, "candidate": str(candidate), "entry": entry, "device": self.device,
                    "seccomp": switches["seccomp"], "landlock": switches["landlock"], "netns": switches["netns"],
                    "drop_capabilities": switches["capabilities"], "writable": os.pathsep.join(writable),

@@ -83,7 +83,7 @@ _EVENTS = {
     "os.chown": "write", "os.link": "write", "os.symlink": "write", "os.truncate": "write", "os.utime": "write",
     "os.setxattr": "write", "os.removexattr": "write", "tempfile.mkstemp": "write", "tempfile.mkdtemp": "write",
     "os.chdir": "write", "os.lockf": "write", "mmap.__new__": "write", "pickle.find_class": "write",
-    "os.putenv": "write", "os.unsetenv": "write", "resource.setrlimit": "process", "resource.prlimit": "process",
+    "os.putenv": "env", "os.unsetenv": "env", "resource.setrlimit": "process", "resource.prlimit": "process",
     "webbrowser.open": "network", "urllib.Request": "network", "ensurepip.bootstrap": "process",
 }
 _PREFIXES = (("socket.", "network"), ("http.client.", "network"), ("ftplib.", "network"), ("smtplib.", "network"),
@@ -319,6 +319,11 @@ def install(*, candidate_file: str, scratch: str, workdir: str, triton_cache: st
             if _type(name) is _str and name.split(".")[0] in CANDIDATE_IMPORT_ROOTS:
                 return None
             return f"of {name if _type(name) is _str else 'a module'} by {ACTOR_WORDS[loose]}"
+        if group == "env":  # torch and Triton set variables of their own; candidate code sets none
+            if loose is not UNTRUSTED and loose is not None:
+                return None
+            name = args[0] if _len(args) and _type(args[0]) in (_str, _bytes) else None
+            return f"of {name!r} by {ACTOR_WORDS[loose]}"
         if group == "memory" or group == "native":
             if strict is TRITON or strict is HARNESS:
                 return None
