@@ -250,3 +250,63 @@ def test_the_batch_digest_and_the_perturbation_are_the_same_wherever_computed():
         again = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in before.items()}
         timing.perturb_inputs(again, 31337, 4)
         assert torch.equal(again["q"].cpu(), inputs["q"])
+
+
+def _judge():
+    from kernels.evaluator.evaluate import EvalRequest
+    from kernels.evaluator.judge import Judge
+    from kernels.problems.spec import get_problem, resolve_kernel
+    source = resolve_kernel(get_problem("mla_decode"), "starter")[1]
+    return Judge(EvalRequest(problem="mla_decode", source=source, device="cpu", mode="test", shapes=[{"B": 1, "H": 2, "S": 40}]))
+
+
+def test_the_judge_reads_the_record_and_tells_one_that_stopped():
+    from kernels.evaluator.judge import Outcome, read_record
+    judge = _judge()
+    launch = {"kind": "rec", "what": "launch", "name": "candidate._mla", "own": True, "side": False, "odd": []}
+    whole = [{"kind": "rec", "what": "begin", "call": 7}, launch, {"kind": "rec", "what": "probe"},
+             {"kind": "rec", "what": "end", "call": 7, "problems": []}]
+    calls, outside = read_record(whole)
+    judge._record_checks(calls, outside, [7], "")
+    assert calls[7].own == 1 and not outside.kernels
+    cases = {
+        "no probe": ([whole[0], launch, whole[3]], "incomplete (no probe)"),
+        "no end": (whole[:3], "incomplete (no end)"),
+        "an op": (whole[:2] + [{"kind": "rec", "what": "op", "name": "aten.bmm"}] + whole[2:], "torch computed"),
+        "a mode left": (whole[:3] + [{**whole[3], "problems": ["a torch function mode is still active"]}],
+                        "torch function mode"),
+        "launched later": (whole + [launch], "outside its calls"),
+        "a foreign kernel": (whole[:2] + [{**launch, "name": "fla.ops.chunk", "own": False}] + whole[2:],
+                             "not defined in the candidate"),
+    }
+    for name, (lines, needle) in cases.items():
+        calls, outside = read_record(lines)
+        with pytest.raises(Outcome) as caught:
+            judge._record_checks(calls, outside, [7], "")
+        assert needle in caught.value.reason, (name, caught.value.reason)
+
+
+def test_the_judges_clock_bounds_the_reported_time():
+    from kernels.evaluator.judge import Outcome
+    from kernels.evaluator.verdict import ShapeResult, Timing
+    judge = _judge()
+    judge.device = "cuda"
+
+    def check(claimed, judge_us, graphed, sync_wall=None):
+        result = ShapeResult(shape={"B": 1}, correct=True,
+                             timing=Timing(median_us=claimed, p10_us=claimed, p90_us=claimed, calls=30, sync_wall_us=sync_wall))
+        judge.verdict.flags.clear()
+        judge._clock_check(result, {"B": 1}, judge_us, 64, 150.0, graphed)
+        return judge.verdict.flags
+
+    assert check(21.5, 25.0, True) == []  # an honest graph replay: about the reported time
+    assert check(600.0, 700.0, True) == []
+    with pytest.raises(Outcome, match="judge's own clock"):
+        check(1.0, 21.5, True)  # a 21 us kernel reported as 1 us
+    with pytest.raises(Outcome, match="judge's own clock"):
+        check(10.0, 2700.0, False, sync_wall=40.0)  # made eagerly: loose, but not that loose
+    assert check(21.5, 400.0, False, sync_wall=320.0) == []  # host-bound launches, as the tuned MLA kernel's
+    judge.device = "cpu"
+    assert check(4000.0, 60000.0, False) == []  # the interpreter on a busy CPU
+    with pytest.raises(Outcome, match="judge's own clock"):
+        check(280.0, 300000.0, False)
