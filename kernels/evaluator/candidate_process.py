@@ -11,7 +11,6 @@ import functools
 import importlib
 import importlib.util
 import json
-import math
 import os
 import resource
 import sys
@@ -19,13 +18,11 @@ import threading
 import time
 import traceback
 import types
-from collections import Counter
 
 import torch
 import triton
 import triton.language as tl
 from torch.utils._python_dispatch import TorchDispatchMode
-from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction, KernelInterface
 
 from kernels.evaluator import confinement, isolation, policy, seal, timing

@@ -2,8 +2,9 @@
 (time.perf_counter, CUDA events, and the references the harness's timing took to them) report a
 thousandth of the real time, and the harness's integrity check of its own modules is replaced by one
 that finds nothing. Defence: statically, the match statement; past the policy, the judge's own clock:
-it times a batch of calls across the process boundary and rejects a reported time far below what it
-saw (a digest of each output in the reply ties the outputs to the moment the clock stopped). Expected: rejected; run-time: rejected ("judge's own clock")."""
+it times a batch of calls across the process boundary (their inputs perturbed when its clock starts)
+and rejects a reported time far below what it saw (a digest of the outputs in the reply ties them to
+the moment the clock stopped). Expected: rejected; run-time: rejected ("judge's own clock")."""
 import torch
 import triton
 import triton.language as tl
