@@ -129,6 +129,7 @@ def test_a_candidate_past_the_policy_finds_no_key_anywhere(tmp_path, setting):
     try:
         proc, out = start_worker(tmp_path, source, {
             "MARATHON_TEST_SECRET": key, "OPENAI_API_KEY": key, "MARATHON_UNSAFE_SKIP_POLICY": "1",
+            "MARATHON_SANDBOX_SEAL": "0",  # the fences alone: the seal would end the search at its first step
             "HOME": str(dirs["home"]), "TMPDIR": str(dirs["tmp"]), **extra}, timeout_s=120,
             privileges="unprivileged" if relaxed else "as-is")
         log, _ = proc.communicate(timeout=400)

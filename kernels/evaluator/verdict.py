@@ -32,6 +32,9 @@ class Timing(BaseModel):
     # one call by the wall clock between two full device synchronisations: the host's launch cost
     # included (the event times above hold the device's own work only)
     sync_wall_us: float | None = None
+    # the quickest of a few calls timed by the judge's own clock, across the process boundary (the round
+    # trip included): a bound on the figures above that nothing in the candidate's process decides
+    judge_clock_us: float | None = None
 
 
 class KnownBaseline(BaseModel):
