@@ -54,7 +54,7 @@ def escape_run(kind: str, key: str, device: str) -> dict:
     fd, canary_file = tempfile.mkstemp(prefix="marathon-canary-", suffix=".txt", dir="/tmp")
     os.write(fd, key.encode())
     os.close(fd)
-    project_file = FENCES / f"_sentinel_{secrets.token_hex(4)}.txt"
+    project_file = ROOT / f"_sentinel_{secrets.token_hex(4)}.txt"  # the project, outside the readable kernels/
     project_file.write_text("original\n")
     values = escape_values(listeners, canary_file, project_file)
     os.environ["MARATHON_TEST_ECHO"] = values["ECHO"]
@@ -70,6 +70,7 @@ def escape_run(kind: str, key: str, device: str) -> dict:
             req = req.model_copy(update={"source": hostile_source("candidate_escape", values),
                                          "kernel": "candidate_escape"})
             os.environ["MARATHON_UNSAFE_SKIP_POLICY"] = "1"
+            os.environ["MARATHON_SANDBOX_SEAL"] = "0"  # the OS fences alone: the seal would end it at its first import
         t0 = time.monotonic()
         v = evaluate(req)
         wall = time.monotonic() - t0
@@ -110,6 +111,7 @@ def escape_run(kind: str, key: str, device: str) -> dict:
         return out
     finally:
         os.environ.pop("MARATHON_UNSAFE_SKIP_POLICY", None)
+        os.environ.pop("MARATHON_SANDBOX_SEAL", None)
         os.environ.pop("MARATHON_TEST_ECHO", None)
         listeners.close()
         os.unlink(canary_file)

@@ -314,7 +314,7 @@ def escape_setup(tmp_path, monkeypatch):
     fd, canary_file = tempfile.mkstemp(prefix="marathon-canary-", suffix=".txt", dir="/tmp")
     os.write(fd, canary.encode())
     os.close(fd)
-    project_file = FENCES / f"_sentinel_{secrets.token_hex(4)}.txt"
+    project_file = ROOT / f"_sentinel_{secrets.token_hex(4)}.txt"  # the project, outside the readable kernels/
     project_file.write_text("original\n")
     listeners = Listeners()
     values = escape_values(listeners, canary_file, project_file)
@@ -400,7 +400,7 @@ def test_a_hostile_problem_file_reaches_nothing(escape_setup, setting):
 
 
 def test_a_candidate_past_the_policy_reads_and_starts_nothing(escape_setup):
-    """With the static policy skipped: on the CPU no process starts at all (seccomp: no fork, vfork or
+    """With the static policy and the seal off (the OS fences alone): on the CPU no process starts at all (seccomp: no fork, vfork or
     exec), so neither a shell (subprocess, posix_spawn, torch.utils.collect_env) nor a detached child
     nor the compiler; reads outside the allowlist fail; nothing is left running."""
     setup = escape_setup
@@ -409,6 +409,7 @@ def test_a_candidate_past_the_policy_reads_and_starts_nothing(escape_setup):
                       shapes=MLA, seeds=1, probe_shapes=0, timeout_s=120, baselines=False)
     verdict, log = run_worker_on(setup["tmp"], req, {
         "MARATHON_TEST_SECRET": setup["canary"], "OPENAI_API_KEY": setup["canary"], "MARATHON_UNSAFE_SKIP_POLICY": "1",
+        "MARATHON_SANDBOX_SEAL": "0",  # the OS fences alone (the seal would end the process at its first import)
         "HOME": str(setup["dirs"]["home"]), "TMPDIR": str(setup["dirs"]["tmp"])})
     assert verdict.status == "crashed" and "hostile candidate report" in verdict.reason, verdict.reason[-3000:]
     report = report_of(verdict.reason)
