@@ -37,6 +37,7 @@ def _number(kind: type, low: float, high: float | None = None, *, strict: bool =
 
 POSITIVE, COUNT = _number(float, 0, strict=True), _number(int, 1)
 PORT = _number(int, 1, 65535)
+MAX_REPLY_TOKENS = 1_000_000  # workflows.models.ModelSettings.max_tokens (not imported: eval stays light)
 
 
 def _state_dir(path: str | None):
@@ -62,6 +63,10 @@ def _add_spec_flags(run, problem: str = "one") -> None:
     run.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint (vLLM, SGLang, Ollama, ...)")
     run.add_argument("--api-key-env", default="OPENAI_API_KEY",
                      help="the NAME of the environment variable (in the workers) that holds the key")
+    run.add_argument("--max-tokens", type=_number(int, 1, MAX_REPLY_TOKENS), default=8192,
+                     help="tokens one model reply may use (the model's window must hold --context-budget plus this)")
+    run.add_argument("--tool-choice", choices=("auto", "required"), default="auto",
+                     help="required: every reply must call a tool (for small models that answer in prose)")
     run.add_argument("--hours", type=POSITIVE, default=24.0)
     run.add_argument("--max-tool-calls", type=COUNT, default=1000)
     run.add_argument("--target-speedup", type=POSITIVE, default=None, help="stop once the best kernel reaches this")
@@ -118,7 +123,8 @@ def _spec_from_args(args: argparse.Namespace):
             raise ValueError(f"--kernel {kernel!r} is neither a file nor a shipped kernel of {args.problem} "
                              f"({', '.join(spec.shipped_kernels)})")
         source = path.read_text()
-    model = ModelSettings(model=args.model or "", base_url=args.base_url, api_key_env=args.api_key_env)
+    model = ModelSettings(model=args.model or "", base_url=args.base_url, api_key_env=args.api_key_env,
+                          max_tokens=args.max_tokens, tool_choice=args.tool_choice)
     policy = args.policy
     if policy == "llm" and not model.configured:
         raise ValueError("--policy llm needs --model (and --base-url for a non-OpenAI endpoint)")

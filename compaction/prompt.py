@@ -13,6 +13,10 @@ function name and arguments); plus 3 for the reply's priming. 3.5 bytes a token 
 English prose (about 4) and is about right for code, JSON and tracebacks; leave the model some slack
 in `context_budget` for tool schemas and the reply, or pass `reserve`.
 
+Sequence (`chat_sequence`): what strict chat templates accept: the system message first and only there,
+user and assistant turns alternating (consecutive user messages are joined), a tool result only after
+the assistant message that called it, no empty assistant message.
+
 Budget (`build_messages`): never over `context_budget - reserve`. When the whole does not fit, in
 this order: drop the oldest turns (an assistant message with tool_calls and its tool results are one
 turn, never separated; the newest turn is kept), cut the longest tool outputs (head and tail kept),
@@ -297,7 +301,7 @@ def build_messages(goal: Goal, figures: LiveFigures, memory: Memory, recent: lis
             f"the system instructions and goal block alone take about {fixed} tokens, more than the budget of "
             f"{budget} (context_budget {context_budget} - reserve {reserve}); raise context_budget")
 
-    groups = [[dict(m) for m in g] for g in group_turns(recent)]
+    groups = [[dict(m) for m in g] for g in group_turns(chat_sequence(recent))]
     omitted: dict[str, int] = {}
     mem = memory
     mem_msg = {"role": "user", "content": _render_memory(mem, omitted)}
@@ -371,7 +375,25 @@ def build_messages(goal: Goal, figures: LiveFigures, memory: Memory, recent: lis
         raise PromptBudgetError(
             f"the prompt cannot be brought under {budget} tokens (system + goal {fixed}, memory {mem_tokens}); "
             "raise context_budget")
-    return [system, mem_msg] + [m for g in groups for m in g]
+    return chat_sequence([system, mem_msg] + [m for g in groups for m in g])
+
+
+EMPTY_REPLY = "(an empty reply)"
+
+
+def chat_sequence(messages: list[dict]) -> list[dict]:
+    """The messages as strict chat templates accept them (several reject anything else with a 400):
+    consecutive user messages joined into one, and an assistant message with neither text nor tool calls
+    given a placeholder text. Neither adds tokens beyond a few."""
+    out: list[dict] = []
+    for m in messages:
+        if m.get("role") == "assistant" and not _text_of(m.get("content")).strip() and not m.get("tool_calls"):
+            m = dict(m, content=EMPTY_REPLY)
+        if m.get("role") == "user" and out and out[-1].get("role") == "user":
+            out[-1] = dict(out[-1], content=_text_of(out[-1].get("content")) + "\n\n" + _text_of(m.get("content")))
+            continue
+        out.append(m)
+    return out
 
 
 def system_message(goal: Goal, figures: LiveFigures, system_prompt: str | None = None) -> dict:

@@ -48,7 +48,7 @@ class ModelSettings(_Input):
     base_url: str | None = None  # any OpenAI-compatible endpoint; None: api.openai.com
     api_key_env: str = "OPENAI_API_KEY"
     temperature: float | None = Field(default=None, ge=0)
-    max_tokens: int | None = Field(default=8192, ge=1)
+    max_tokens: int | None = Field(default=8192, ge=1, le=1_000_000)  # one reply; a server generates up to it
     request_timeout_s: float = Field(default=600.0, gt=0)  # one HTTP request; Temporal retries a timeout
     tool_choice: str = "auto"
     extra_body: dict[str, Any] = Field(default_factory=dict)  # vendor extras (vLLM, SGLang, ...)
