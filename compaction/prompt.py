@@ -16,7 +16,8 @@ some slack in `context_budget` for tool schemas and the reply, or pass `reserve`
 
 Sequence (`chat_sequence`): what strict chat templates accept: the system message first and only there,
 user and assistant turns alternating (consecutive user messages are joined), a tool result only after
-the assistant message that called it, no empty assistant message.
+the assistant message that called it, no empty assistant message, every tool call's arguments a JSON
+object (the servers parse them).
 
 Budget (`build_messages`): never over `context_budget - reserve`. When the whole does not fit, in
 this order: drop the oldest turns (an assistant message with tool_calls and its tool results are one
@@ -393,16 +394,37 @@ def build_messages(goal: Goal, figures: LiveFigures, memory: Memory, recent: lis
 
 
 EMPTY_REPLY = "(an empty reply)"
+UNPARSED = "_unparsed_arguments"
+
+
+def json_arguments(arguments: Any) -> str:
+    """A tool call's arguments as a JSON object's text: as they came when they are one, else the text
+    they came as under UNPARSED. Servers parse the arguments of the calls in a prompt (llama.cpp answers
+    500 to a prompt holding a call cut off mid-JSON, on every retry)."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    try:
+        if isinstance(json.loads(text), dict):
+            return text
+    except ValueError:
+        pass
+    return json.dumps({UNPARSED: text})
 
 
 def chat_sequence(messages: list[dict]) -> list[dict]:
     """The messages as strict chat templates accept them (several reject anything else with a 400):
-    consecutive user messages joined into one, and an assistant message with neither text nor tool calls
-    given a placeholder text. Neither adds tokens beyond a few."""
+    consecutive user messages joined into one, an assistant message with neither text nor tool calls
+    given a placeholder text, and tool call arguments that are no JSON object wrapped in one
+    (`json_arguments`). None adds more than a few tokens."""
     out: list[dict] = []
     for m in messages:
         if m.get("role") == "assistant" and not _text_of(m.get("content")).strip() and not m.get("tool_calls"):
             m = dict(m, content=EMPTY_REPLY)
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            calls = [dict(c, function=dict(c.get("function") or {},
+                                           arguments=json_arguments((c.get("function") or {}).get("arguments") or "{}")))
+                     for c in m["tool_calls"]]
+            if calls != m["tool_calls"]:
+                m = dict(m, tool_calls=calls)
         if m.get("role") == "user" and out and out[-1].get("role") == "user":
             out[-1] = dict(out[-1], content=_text_of(out[-1].get("content")) + "\n\n" + _text_of(m.get("content")))
             continue

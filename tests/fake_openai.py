@@ -9,8 +9,8 @@ once it is sent, on a connection then closed (e.g. to take the endpoint down rig
 
 It refuses what a real server refuses (llama.cpp's with a strict chat template, tests/test_realmodel.py):
 a message sequence such templates reject (400: two user turns in a row, a system message not first, a
-tool result not right after the assistant call it answers), and a prompt over `n_ctx` by its own count
-(400, llama.cpp's words). That count (`count_tokens`, a small vocabulary's: 2.5 bytes a token) is the
+tool result not right after the assistant call it answers), a prompt holding a tool call whose arguments
+are not JSON (500, as llama.cpp), and a prompt over `n_ctx` by its own count (400, llama.cpp's words). That count (`count_tokens`, a small vocabulary's: 2.5 bytes a token) is the
 usage.prompt_tokens of a completion that does not script one."""
 from __future__ import annotations
 
@@ -202,6 +202,13 @@ class FakeOpenAI:
         if why:
             return Reply(status=400, body={"error": {"code": 400, "type": "invalid_request_error", "message":
                                                      f"Unable to generate parser for this template: {why}"}})
+        for m in request.get("messages") or []:
+            for call in m.get("tool_calls") or []:
+                try:
+                    json.loads((call.get("function") or {}).get("arguments") or "")
+                except ValueError as exc:  # llama.cpp's answer, on every retry of the same prompt
+                    return Reply(status=500, body={"error": {"code": 500, "type": "server_error", "message":
+                                                             f"Failed to parse tool call arguments as JSON: {exc}"}})
         n = count_tokens(request)
         if self.n_ctx is not None and n > self.n_ctx:
             return Reply(status=400, body={"error": {

@@ -110,6 +110,37 @@ def test_prompt_shape_and_nothing_cut_when_it_fits():
     assert estimate_tokens(msgs) <= estimate_prompt(GOAL, FIG0, mem, recent, "Be brief.")
 
 
+def test_prompts_keep_to_what_strict_chat_templates_accept():
+    from compaction.prompt import EMPTY_REPLY, UNPARSED, chat_sequence
+    from fake_openai import sequence_error
+
+    bad = [{"id": "m1", "type": "function", "function": {"name": "edit_kernel", "arguments": '{"old": "x", "new": '}}]
+    recent = ([{"role": "user", "content": "start"}, {"role": "assistant", "content": ""},
+               {"role": "user", "content": "Continue"}, {"role": "user", "content": "Hint from the user: x"},
+               {"role": "assistant", "content": "", "tool_calls": bad},
+               {"role": "tool", "tool_call_id": "m1", "content": "error: not valid JSON"},
+               {"role": "user", "content": "Hint from the user: y"}] + turn(2))
+    msgs = build_messages(GOAL, FIG0, Memory(goal=GOAL), recent, 50_000)
+    assert sequence_error(msgs) is None
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "tool", "user",
+                                         "assistant", "tool"]
+    assert msgs[1]["content"].endswith("\n\nstart") and msgs[2]["content"] == EMPTY_REPLY
+    assert msgs[3]["content"] == "Continue\n\nHint from the user: x"
+    args = json.loads(msgs[4]["tool_calls"][0]["function"]["arguments"])  # valid JSON, the text kept in it
+    assert args == {UNPARSED: '{"old": "x", "new": '}
+    assert recent[4]["tool_calls"] == bad  # the record keeps what the model sent
+    assert chat_sequence(msgs) == msgs
+
+
+def test_the_budget_follows_the_servers_count():
+    from compaction.prompt import MAX_TOKEN_SCALE, token_scale
+
+    assert token_scale(1.0, 1300, 1000) == 1.3
+    assert token_scale(1.3, 900, 1000) == 1.3  # the most seen
+    assert token_scale(1.0, 0, 1000) == 1.0 and token_scale(1.0, 500, 1000) == 1.0
+    assert token_scale(1.0, 10**9, 1) == MAX_TOKEN_SCALE
+
+
 def test_oldest_turns_go_first_and_pairs_stay_together():
     recent = [m for i in range(30) for m in turn(i, 2000, calls=1 + i % 3)]
     msgs = build_messages(GOAL, FIG0, Memory(goal=GOAL), recent, 12_000)
