@@ -141,6 +141,33 @@ def test_the_budget_follows_the_servers_count():
     assert token_scale(1.0, 10**9, 1) == MAX_TOKEN_SCALE
 
 
+def test_prompts_stay_within_the_budget_by_a_small_vocabularys_count():
+    """Code-heavy turns at 2.5 bytes a token (the fake's count, SmolLM2's on Triton code): with the scale
+    learned from the first reply's usage, every later prompt is within the budget by that count."""
+    from compaction.prompt import token_scale
+    from fake_openai import count_tokens
+    from workflows.toolspec import TOOLS
+
+    source = Path(__file__).resolve().parent.parent / "kernels" / "problems" / "mla_decode" / "starter.py"
+    code = source.read_text()
+    budget = 6000
+
+    def counts(learn: bool) -> tuple[list[int], float]:
+        scale, recent, out = 1.0, [], []
+        for i in range(12):
+            msgs = build_messages(GOAL, FIG0, Memory(goal=GOAL), recent, int(budget / scale),
+                                  reserve=tools_tokens(TOOLS))
+            out.append(count_tokens({"messages": msgs, "tools": TOOLS}))
+            if learn:
+                scale = token_scale(scale, out[-1], estimate_tokens(msgs) + tools_tokens(TOOLS))
+            recent += turn(i)[:1] + [{"role": "tool", "tool_call_id": f"c{i}_0", "content": code}]
+        return out, scale
+
+    learned, scale = counts(True)
+    assert scale > 1.2 and max(learned) <= budget, (scale, learned)
+    assert max(counts(False)[0]) > 1.2 * budget  # the estimate alone let them run over
+
+
 def test_oldest_turns_go_first_and_pairs_stay_together():
     recent = [m for i in range(30) for m in turn(i, 2000, calls=1 + i % 3)]
     msgs = build_messages(GOAL, FIG0, Memory(goal=GOAL), recent, 12_000)
