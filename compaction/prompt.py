@@ -235,16 +235,18 @@ def estimate_tokens(messages: list[dict]) -> int:
 
 
 MAX_TOKEN_SCALE = 4.0  # a server counting more than this per estimated token is not believed further
+SCALE_HEADROOM = 1.1  # the next prompt's mix (more code, less prose) may count this much more per estimate
 
 
 def token_scale(previous: float, counted: int, estimated: int) -> float:
-    """The server's own count of a prompt over our estimate of it, the most seen so far (never below 1,
-    at most MAX_TOKEN_SCALE). Tokenizers differ: SmolLM2's makes 2.4 bytes a token of Triton code, not
-    3.5, so an estimate-only budget let real prompts run 30% over it. Dividing the budget by this scale
-    keeps the next prompts within it by the server's count."""
-    if counted <= 0 or estimated <= 0:
+    """How many tokens the server counts per estimated one, from its count of a prompt: the most seen so
+    far, with SCALE_HEADROOM once it counted more than estimated (never below 1, at most MAX_TOKEN_SCALE).
+    Tokenizers differ: SmolLM2's makes 3.1 bytes a token of prose and 2.4 of Triton code, not 3.5, so an
+    estimate-only budget let real prompts run over it. Dividing the budget by this scale keeps the next
+    prompts within it by the server's count."""
+    if counted <= estimated or estimated <= 0:
         return previous
-    return min(MAX_TOKEN_SCALE, max(previous, 1.0, counted / estimated))
+    return min(MAX_TOKEN_SCALE, max(previous, counted / estimated * SCALE_HEADROOM))
 
 
 def tools_tokens(tools: list[dict] | None) -> int:

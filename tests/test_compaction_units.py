@@ -133,10 +133,10 @@ def test_prompts_keep_to_what_strict_chat_templates_accept():
 
 
 def test_the_budget_follows_the_servers_count():
-    from compaction.prompt import MAX_TOKEN_SCALE, token_scale
+    from compaction.prompt import MAX_TOKEN_SCALE, SCALE_HEADROOM, token_scale
 
-    assert token_scale(1.0, 1300, 1000) == 1.3
-    assert token_scale(1.3, 900, 1000) == 1.3  # the most seen
+    assert token_scale(1.0, 1300, 1000) == pytest.approx(1.3 * SCALE_HEADROOM)
+    assert token_scale(1.5, 1100, 1000) == 1.5  # the most seen
     assert token_scale(1.0, 0, 1000) == 1.0 and token_scale(1.0, 500, 1000) == 1.0
     assert token_scale(1.0, 10**9, 1) == MAX_TOKEN_SCALE
 

@@ -88,6 +88,9 @@ def test_llm_run_against_a_real_model_server(real_model_server, tmp_path):
              "--tool-choice", "required", "--context-budget", str(CONTEXT_BUDGET),
              "--max-tool-calls", str(TOOL_CALLS), "--json", "--state-dir", str(tmp_path)],
             cwd=ROOT, capture_output=True, text=True, timeout=2200)
+    # kept for a post-mortem: what was asked and answered, in order
+    (tmp_path / "exchanges.json").write_text(json.dumps(
+        [{k: v for k, v in x.items() if k != "raw"} for x in relay.exchanges], indent=1))
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
     assert report["policy"] == "llm"
