@@ -102,8 +102,8 @@ def test_llm_run_against_a_real_model_server(real_model_server, tmp_path):
     # window (400), no reply it could not parse (500)
     refused = [(x["key"], x["status"], x["raw"]) for x in relay.exchanges if x["status"] != 200]
     assert not refused, refused
-    # a turn asked again (an attempt lost to a missed heartbeat on a busy machine) is answered again; the
-    # last answer is the one recorded
+    # a turn asked again (an activity attempt retried, e.g. one that missed its heartbeat on a busy machine)
+    # is answered again; the last answer is the one recorded
     last = {x["key"]: x for x in relay.exchanges if "/" in x["key"]}
     turns = [last[k] for k in sorted(last, key=lambda k: int(k.rsplit("/", 1)[1]))]
     assert turns and len(turns) == report["turns"] == report["tokens"]["calls"]
