@@ -404,12 +404,16 @@ def json_arguments(arguments: Any) -> str:
     they came as under UNPARSED. Servers parse the arguments of the calls in a prompt (llama.cpp answers
     500 to a prompt holding a call cut off mid-JSON, on every retry)."""
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    try:
-        if isinstance(json.loads(text), dict):
+    try:  # strict JSON: no NaN or Infinity, which Python reads and servers do not
+        if isinstance(json.loads(text, parse_constant=_no_constant), dict):
             return text
     except ValueError:
         pass
     return json.dumps({UNPARSED: text})
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def chat_sequence(messages: list[dict]) -> list[dict]:

@@ -129,6 +129,10 @@ def test_prompts_keep_to_what_strict_chat_templates_accept():
     args = json.loads(msgs[4]["tool_calls"][0]["function"]["arguments"])  # valid JSON, the text kept in it
     assert args == {UNPARSED: '{"old": "x", "new": '}
     assert recent[4]["tool_calls"] == bad  # the record keeps what the model sent
+    from compaction.prompt import json_arguments
+    assert json_arguments('{"limit": 5}') == '{"limit": 5}' and json_arguments({"a": 1}) == '{"a": 1}'
+    assert json.loads(json_arguments('{"x": NaN}')) == {UNPARSED: '{"x": NaN}'}
+    assert json.loads(json_arguments("[1]")) == {UNPARSED: "[1]"}
     assert chat_sequence(msgs) == msgs
 
 
