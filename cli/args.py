@@ -44,6 +44,7 @@ TOOL_CALLS = _number(int, 1, L.MAX_TOOL_CALLS)
 SPEEDUP = _number(float, 0, L.MAX_SPEEDUP, strict=True)
 TURNS = _number(int, 1, L.MAX_TURNS)
 TOKENS = _number(int, 1, L.MAX_TOKENS)
+REPLY_TOKENS = _number(int, 1, L.MAX_REPLY_TOKENS)
 PARALLEL = _number(int, 1, L.MAX_PARALLEL)
 AGENTS = _number(int, 1, L.MAX_AGENTS)
 SEEDS = _number(int, 1, L.MAX_SEEDS)
@@ -85,6 +86,10 @@ def _add_spec_flags(run, problem: str = "one") -> None:
     run.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint (vLLM, SGLang, Ollama, ...)")
     run.add_argument("--api-key-env", default="OPENAI_API_KEY",
                      help="the NAME of the environment variable (in the workers) that holds the key")
+    run.add_argument("--max-tokens", type=REPLY_TOKENS, default=8192,
+                     help="tokens one model reply may use (the model's window must hold --context-budget plus this)")
+    run.add_argument("--tool-choice", choices=("auto", "required"), default="auto",
+                     help="required: every reply must call a tool (for small models that answer in prose)")
     run.add_argument("--hours", type=HOURS, default=24.0)
     run.add_argument("--max-tool-calls", type=TOOL_CALLS, default=1000)
     run.add_argument("--target-speedup", type=SPEEDUP, default=None, help="stop once the best kernel reaches this")
@@ -155,7 +160,8 @@ def _spec_from_args(args: argparse.Namespace):
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"--kernel {kernel!r}: cannot read it ({exc})") from None
         kernel = _label(path.name)
-    model = ModelSettings(model=args.model or "", base_url=args.base_url, api_key_env=args.api_key_env)
+    model = ModelSettings(model=args.model or "", base_url=args.base_url, api_key_env=args.api_key_env,
+                          max_tokens=args.max_tokens, tool_choice=args.tool_choice)
     policy = args.policy
     if policy == "llm" and not model.configured:
         raise ValueError("--policy llm needs --model (and --base-url for a non-OpenAI endpoint)")

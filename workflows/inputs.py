@@ -60,7 +60,7 @@ class ModelSettings(_Input):
     base_url: str | None = Field(default=None, max_length=2000)  # any OpenAI-compatible endpoint; None: api.openai.com
     api_key_env: str = Field(default="OPENAI_API_KEY", pattern=r"^([A-Za-z_][A-Za-z0-9_]{0,127})?$")
     temperature: float | None = Field(default=None, ge=0, le=L.MAX_TEMPERATURE)
-    max_tokens: int | None = Field(default=8192, ge=1, le=L.MAX_TOKENS)
+    max_tokens: int | None = Field(default=8192, ge=1, le=L.MAX_REPLY_TOKENS)  # one reply; a server generates up to it
     request_timeout_s: Seconds = 600.0  # one HTTP request; Temporal retries a timeout
     tool_choice: str = Field(default="auto", max_length=200)
     extra_body: dict[str, Any] = Field(default_factory=dict, max_length=64)  # vendor extras (vLLM, SGLang, ...)

@@ -13,8 +13,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from compaction.prompt import (PromptBudgetError, build_messages, estimate_prompt, needs_compaction, tail_turns,
-                                   tools_tokens, with_best)
+    from compaction.prompt import (PromptBudgetError, build_messages, estimate_prompt, estimate_tokens,
+                                   needs_compaction, tail_turns, token_scale, tools_tokens, with_best)
     from workflows import names
     from workflows.models import AgentNews, AgentTurnInput, AgentTurnResult
     from workflows.toolspec import TOOLS
@@ -55,7 +55,7 @@ class LlmPolicy:
         """Goal block + memory + the last turns, within the context budget (compaction/prompt.py)."""
         st = self.run.state
         return build_messages(st.memory.goal, memory.figures(self.run), with_best(st.memory, memory.memory_best(self.run)),
-                              st.recent, self.run.spec.context_budget, reserve=tools_tokens(TOOLS))
+                              st.recent, self.run.context_budget(), reserve=tools_tokens(TOOLS))
 
     async def step(self) -> None:
         run, st, spec = self.run, self.run.state, self.run.spec
@@ -68,7 +68,7 @@ class LlmPolicy:
             st.recent.append({"role": "user", "content": "Hint from the user: " + "\n".join(st.pending_hints)})
             st.pending_hints = []
         estimated = estimate_prompt(st.memory.goal, memory.figures(run), st.memory, st.recent) + tools_tokens(TOOLS)
-        if needs_compaction(st.calls_since_compaction, spec.compact_every, estimated, spec.context_budget):
+        if needs_compaction(st.calls_since_compaction, spec.compact_every, estimated, run.context_budget()):
             await memory.compact(run, estimated)
         try:
             messages = self._prompt()
@@ -131,6 +131,9 @@ class LlmPolicy:
         st.tokens.prompt_tokens += result.prompt_tokens
         st.tokens.completion_tokens += result.completion_tokens
         st.tokens.max_prompt_tokens = max(st.tokens.max_prompt_tokens, result.prompt_tokens)
+        if result.prompt_tokens and workflow.patched(names.PATCH_TOKEN_SCALE):
+            st.token_scale = token_scale(st.token_scale, result.prompt_tokens,
+                                         estimate_tokens(messages) + tools_tokens(TOOLS))
         return result
 
     async def _run_calls(self, calls: list[dict[str, Any]], thought: str) -> None:

@@ -62,7 +62,7 @@ async def compact(run: Run, tokens_before: int | None = None) -> None:
     except ActivityError as err:  # a failed compaction never stops the run
         line = f"compaction failed ({short(str(err.cause or err), 200)}); kept the last {KEEP_TURNS} turns"
         st.window = st.window[-200:]  # bounded while compactions keep failing
-    st.recent = tail_turns(st.recent, KEEP_TURNS, max_tokens=int(KEEP_FRACTION * spec.context_budget))
+    st.recent = tail_turns(st.recent, KEEP_TURNS, max_tokens=int(KEEP_FRACTION * run.context_budget()))
     st.calls_since_compaction = 0
     st.compactions += 1
     await run.notebook(line)

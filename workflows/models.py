@@ -146,6 +146,7 @@ class RunState(BaseModel):
     compactions: int = 0
     calls_since_compaction: int = 0
     tokens: TokenUsage = Field(default_factory=TokenUsage)
+    token_scale: float = 1.0  # the server's prompt tokens per estimated token, the most seen (compaction.prompt)
     idle_turns: int = 0
     model_failures: int = 0
     tuner: TunerState = Field(default_factory=TunerState)

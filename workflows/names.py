@@ -35,6 +35,7 @@ PATCH_CONCURRENT_EVALS = "concurrent-evaluations"  # a reply's evaluation calls 
 PATCH_UNTIMED_RANKING = "untimed-ranking"  # on a CPU the best and the tuner rank by interpreter time, not speedup
 # islands: a best another agent claims is looked up among the run's recorded verdicts before it is taken
 PATCH_VERIFIED_BESTS = "bests-verified-against-recorded-verdicts"
+PATCH_TOKEN_SCALE = "server-token-count"  # the context budget scaled by the server's count of the prompts
 
 # the signal an activity sends its workflow when an attempt failed and Temporal will retry it
 FAULT_SIGNAL = "activity_fault"

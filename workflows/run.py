@@ -152,6 +152,10 @@ class Run:
             return f"best attempt {b.attempt}, {duration_us(self.best_latency())} in the CPU's interpreter"
         return f"best attempt {b.attempt}" + (f" at {b.speedup:.3g}x" if b.speedup is not None else "")
 
+    def context_budget(self) -> int:
+        """The budget in estimated tokens: the input's, over what the server's count showed (token_scale)."""
+        return int(self.spec.context_budget / self.state.token_scale)
+
     def ranked(self, speedup: float | None, timing_meaningful: bool) -> float | None:
         """The speedup the best and the tuner rank by: none where the times are a CPU interpreter's, whose
         speedup divides one noisy CPU time by another; they rank by the kernel's own interpreter time there."""
