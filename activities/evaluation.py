@@ -131,7 +131,7 @@ def ncu_metrics(req: EvalRequest, kernels: list[str], timeout_s: float = 600.0) 
     under `ncu --target-processes all`, so the candidate still runs only inside the evaluator's sandbox.
     Compile mode: one call of the candidate, no reference and no probe shapes (the verdict that asked
     for this has checked it already). In test mode the re-run took 102 s for KDA on the H200 (19 s for
-    MLA; ncu_metrics_h200_fixed.json @fd1a659): ncu intercepts every launch, and the KDA reference
+    MLA; kernels/problems/mla_decode/NOTES.md, "Nsight Compute on the tuned kernel"): ncu intercepts every launch, and the KDA reference
     alone launches thousands of kernels. A dict {kernel: {metric: value}}, or a string saying why
     there is none."""
     ncu = ncu_path()

@@ -1,6 +1,6 @@
 """On a GPU: the confinement of the evaluator's processes (kernels/evaluator/confinement.py, kernels/evaluator/gpu_quiet.py).
 
-    python bench/gpu_confinement.py [--out bench/results/gpu_confinement.json]
+    python bench/gpu_confinement.py [--out .marathon/bench/gpu_confinement.json]
 
 1. The MLA starter through evaluate(), every fence up (the root sandbox without capabilities):
    status ok, which fences took, the gpu_wait phase.
@@ -20,11 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from kernels.evaluator.confinement import make_non_dumpable
+from kernels.evaluator.evaluate import evaluate, request_for
 
-from kernels.evaluator.confinement import make_non_dumpable  # noqa: E402
-from kernels.evaluator.evaluate import evaluate, request_for  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 HOG = "import torch, time\nx = torch.ones(1 << 20, device='cuda')\nprint('ready', flush=True)\ntime.sleep(600)\n"
 
@@ -36,7 +35,7 @@ def summary(v) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu_confinement.json"))
+    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench" / "gpu_confinement.json"))
     args = ap.parse_args()
     key = "sk-marathon-gpu-" + secrets.token_hex(12)
     os.environ["MARATHON_TEST_SECRET"] = key  # the judge is started from this environment

@@ -28,12 +28,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from kernels.evaluator.evaluate import EvalRequest
+from kernels.problems.spec import get_problem, resolve_kernel
+from kernels.evaluator.verdict import Verdict
 
-from kernels.evaluator.evaluate import EvalRequest  # noqa: E402
-from kernels.problems.spec import get_problem, resolve_kernel  # noqa: E402
-from kernels.evaluator.verdict import Verdict  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 HOSTILE = ROOT / "tests" / "hostile"
 BYPASS = {"MARATHON_UNSAFE_SKIP_POLICY": "1"}
@@ -68,7 +67,7 @@ HOSTILE_ITEMS = [
     item("mla_thread_hidden", "rejected", "left threads running", env=BYPASS),
     item("mla_fork_bomb", "crashed", "Resource temporarily unavailable", env=BYPASS),
     item("mla_network", "crashed", "network unreachable", env=BYPASS),
-    item("mla_torch_fallback_try", "rejected", "torch computed part of the answer"),
+    item("mla_torch_fallback_try", "rejected", "torch computed part of the answer", env=BYPASS),
     item("mla_cpu_memory_bomb", "crashed", "of host memory", env={"MARATHON_SANDBOX_MEMORY": str(4 * 2**30)}),
 ]
 BOMB = [item("mla_gpu_memory_bomb", "crashed", "out of memory"),

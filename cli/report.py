@@ -32,10 +32,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     import asyncio
     from reports.collect import ReportError
     from reports.make import Unreachable
-    from reports.runs import list_runs, parse_since, table
+    from reports.runs import caller, list_runs, parse_since, table
     try:
         since = parse_since(args.since) if args.since else None
-        rows = asyncio.run(list_runs(_state_dir(args.state_dir), args.address, args.problem, since, args.namespace))
+        rows = asyncio.run(list_runs(_state_dir(args.state_dir), args.address, args.problem, since, args.namespace,
+                                     started_by=caller() if args.mine else None))
     except (ReportError, ValueError, OSError) as exc:
         print(f"marathon runs: {exc}{_cause(exc, Unreachable)}", file=sys.stderr)
         return 2
@@ -68,5 +69,7 @@ def add_runs_parser(sub) -> None:
     runs.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
     runs.add_argument("--problem", default=None, help="only this problem's runs")
     runs.add_argument("--since", default=None, metavar="AGE", help="only runs started within AGE (90m, 24h, 3d, 1w)")
+    runs.add_argument("--mine", action="store_true",
+                      help="only the runs this user on this host started (the `started by` column); every run otherwise")
     runs.add_argument("--json", action="store_true", help="one JSON list")
     runs.set_defaults(func=cmd_runs)

@@ -8,7 +8,7 @@ import sys
 
 from cli.args import POSITIVE, SERVER_WAIT_S, TASK_QUEUE, _add_spec_flags, _state_dir, spec_from_args
 from cli.server import ServerGone, while_server_up, why
-from cli.tables import run_report_table
+from cli.tables import CPU_LINE, progress_line, run_report_table
 from kernels.problems.spec import ShapeError
 
 
@@ -26,9 +26,11 @@ async def _follow(client, workflow_id: str, out, stop) -> None:
     import time
     from datetime import datetime, timezone
 
-    from workflows.models import RunStatus
+    from workflows.models import BestReport, RunStatus
 
     seen: list[str] = []
+    best_of: int | None = None  # the attempt whose verdict `best_verdict` is
+    best_verdict = None
     last_line = 0.0
     started = time.monotonic()
     warned = False
@@ -52,12 +54,20 @@ async def _follow(client, workflow_id: str, out, stop) -> None:
         for line in new_lines:
             print(f"  {line}", file=out, flush=True)
         seen = new
+        if st.best_attempt is not None and st.best_attempt != best_of:  # a new best: is it timed on a CPU?
+            try:
+                best = await handle.query("best", result_type=BestReport | None)
+            except Exception:  # asked again at the next round
+                best = None
+            if best is not None:
+                if best_verdict is None and not best.verdict.timing_meaningful:
+                    print(f"  {CPU_LINE}", file=out, flush=True)  # once, when the first time is known
+                best_of, best_verdict = best.attempt, best.verdict
         now = time.monotonic()
         if now - last_line > (10 if st.fault else 30):  # a fault is news: said more often, with its age
-            best = f"{st.best_speedup:.3f}x @ {st.best_attempt}" if st.best_speedup is not None else "none yet"
             failing = f"; failing: {st.fault.line(datetime.now(timezone.utc))}" if st.fault else ""
-            print(f"[{st.tool_calls}/{st.tool_calls_budget} tool calls, {st.hours_used:.2f}/{st.hours_budget:g} h, "
-                  f"best {best}] {st.step}{failing}", file=out, flush=True)
+            print(progress_line(st, best_verdict if best_of == st.best_attempt else None, failing), file=out,
+                  flush=True)
             last_line = now
         if st.phase == "finished":
             return
@@ -105,6 +115,7 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
 
     import worker
     from activities.artifacts import ArtifactStore
+    from reports.runs import STARTED_BY, caller
     from workflows import names
     from workflows.models import RunReport
 
@@ -135,7 +146,7 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
         try:
             try:
                 await client.start_workflow(names.WORKFLOW_TYPE, spec, id=workflow_id, task_queue=args.task_queue,
-                                            result_type=RunReport)
+                                            result_type=RunReport, memo={STARTED_BY: caller()})
             except WorkflowAlreadyStartedError:
                 print(f"marathon run: a run with workflow id {workflow_id!r} is already going on {address}",
                       file=sys.stderr)

@@ -14,6 +14,7 @@ async def _schedule_async(args: argparse.Namespace, spec) -> int:
                                    ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec, ScheduleUpdate)
 
     import worker
+    from reports.runs import STARTED_BY, caller
     from workflows import names
 
     client = await worker.connect(args.address, args.namespace)
@@ -30,7 +31,8 @@ async def _schedule_async(args: argparse.Namespace, spec) -> int:
     suite = not hasattr(spec, "problem")  # a SuiteSpec (workflows/suite.py): the suite workflow
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(names.SUITE_WORKFLOW_TYPE if suite else names.WORKFLOW_TYPE, spec,
-                                           id=args.id, task_queue=args.task_queue),
+                                           id=args.id, task_queue=args.task_queue,
+                                           memo={STARTED_BY: caller()}),  # whose runs, in `marathon runs`
         spec=ScheduleSpec(cron_expressions=[args.cron]),
         # a night's run that is still going when the next one is due keeps the GPUs: skip, don't pile up
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))

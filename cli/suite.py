@@ -35,6 +35,7 @@ async def run_suite(args: argparse.Namespace, spec) -> int:
 
     import worker
     from activities.artifacts import ArtifactStore
+    from reports.runs import STARTED_BY, caller
     from workflows import names
     from workflows.suite import SuiteReport
 
@@ -58,7 +59,8 @@ async def run_suite(args: argparse.Namespace, spec) -> int:
             worker_task = asyncio.create_task(workers.run())
         try:
             handle = await client.start_workflow(names.SUITE_WORKFLOW_TYPE, spec, id=workflow_id,
-                                                 task_queue=args.task_queue, result_type=SuiteReport)
+                                                 task_queue=args.task_queue, result_type=SuiteReport,
+                                                 memo={STARTED_BY: caller()})
             print(f"started suite {workflow_id}: {len(spec.runs)} problems, {spec.parallel} at a time, on {address}",
                   file=out, flush=True)
             if args.detach:
@@ -69,13 +71,29 @@ async def run_suite(args: argparse.Namespace, spec) -> int:
             except WorkflowFailureError as exc:
                 print(f"marathon suite: the suite failed: {exc.cause or exc}", file=sys.stderr)
                 return 1
-            print(report.model_dump_json(indent=2) if args.json else suite_report_table(report))
+            print(report.model_dump_json(indent=2) if args.json
+                  else suite_report_table(report, await stop_reasons(client, report)))
             return 0 if any(e.status == "ok" for e in report.problems) else 1
         finally:
             if workers is not None:
                 await workers.shutdown()
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(worker_task, 30)
+
+
+async def stop_reasons(client, report) -> dict[str, str]:
+    """Why each problem's run stopped (its result's stop_reason), by workflow id; a run whose result cannot
+    be read keeps the suite's own reason for it."""
+    from workflows.models import RunReport
+
+    out: dict[str, str] = {}
+    for e in report.problems:
+        try:
+            run = await client.get_workflow_handle(e.workflow_id, result_type=RunReport).result()
+            out[e.workflow_id] = run.stop_reason
+        except Exception:  # a failed run: the suite's entry says why
+            pass
+    return out
 
 
 def cmd_suite(args: argparse.Namespace) -> int:

@@ -1,12 +1,7 @@
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 # candidates run in the Triton interpreter on CI's CPU-only machines
 os.environ.setdefault("TRITON_INTERPRET", "1")
 

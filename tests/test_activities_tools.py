@@ -11,7 +11,7 @@ from activities import tools
 from activities.artifacts import ArtifactStore, capped, sha256_text
 from activities.evaluation import describe, digest, ncu_path
 from activities.model import agent_turn_impl, chat_completion, retry_after
-from fake_openai import FakeOpenAI, Reply, completion, error
+from serving.scripted_model import FakeOpenAI, Reply, completion, error
 from kernels.evaluator.verdict import ShapeResult, Timing, Verdict
 from marathon_support import STARTER_MLA, mla_variant
 from workflows.models import (AgentTurnInput, Attempt, EditInput, EvalDigest, EvalSettings, ListInput, ModelSettings,

@@ -466,7 +466,9 @@ def test_compact_with_a_model():
     assert res.tokens_before > 5 * res.tokens_after > 0
     assert compact_memory(inp(tokens_before=123456), chat=chat).tokens_before == 123456
     assert (res.prompt_tokens, res.completion_tokens) == (900, 120)
-    assert "compaction 2:" in res.line() and "model" in res.line()
+    line = res.line()
+    assert line.startswith("compaction 2 through turn 20 (by the model): kept the best (attempt 5), ") and "failure" in line
+    assert f"in a memory of {res.tokens_after:,} tokens (the prompt before it: {res.tokens_before:,} tokens)" in line
 
 
 @pytest.mark.parametrize("chat, reason", [

@@ -18,12 +18,13 @@ import pytest
 from temporalio.client import WorkflowFailureError
 
 import worker as worker_module
-from fake_openai import FakeOpenAI, completion
-from marathon_support import (ROOT, mla_variant, mla_wrong, queues, spawn_worker, start, stop_process, wait_running,
-                              workers)
+from serving.scripted_model import FakeOpenAI, completion
+from marathon_support import ROOT, mla_variant, mla_wrong, queues, start, workers
+from serving.chaos import spawn_worker, stop_process, wait_running
 from reports.collect import collect
 from reports.render import render_md
 from workflows import names
+from workflows.kernel_optimization import _geomean_latency
 from workflows.models import Budgets, EvalSettings, ModelSettings, RunReport, RunSpec
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
@@ -198,8 +199,9 @@ async def _islands_tuner(address, tmp_path):
     assert report.tool_calls == 9
     tried = [json.dumps(a.config, sort_keys=True) for r in reports for a in r.ledger if a.origin == "tuner"]
     assert len(tried) == len(set(tried)) == 4  # each agent its own part of the space
-    best = max((r.best.speedup or 0 for r in reports if r.best), default=0)
-    assert report.best is not None and (report.best.speedup or 0) >= best
+    # the run's best is the agents' best by the CPU's yardstick: the lowest interpreter time (its speedups are noise)
+    fastest = min(_geomean_latency(r.best.verdict) for r in reports if r.best)
+    assert report.best is not None and _geomean_latency(report.best.verdict) == fastest
     # the morning report has each agent's line
     md = render_md(facts)
     assert "## Agents" in md

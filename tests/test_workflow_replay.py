@@ -1,4 +1,4 @@
-"""Replay: recorded histories (tests/histories/, written by tests/histories/record.py) run through Temporal's
+"""Replay: recorded histories (tests/histories/, written by tests/record_histories.py) run through Temporal's
 Replayer against today's workflow code. A failure here means the workflow's decisions changed for
 histories that already exist: runs in flight would break on a worker upgrade. Re-record only for an
 intended change, and only when no run of the old code needs to continue."""
@@ -27,7 +27,7 @@ def test_histories_are_recorded():
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 def test_replay(path):
     raw = json.loads(path.read_text())
-    # the id it was recorded under (record.py): a run's commands name it, e.g. its agents' child workflow ids
+    # the id it was recorded under (record_histories.py): a run's commands name it, e.g. its agents' child workflow ids
     history = WorkflowHistory.from_json("replay-" + path.stem.rsplit("_segment", 1)[0].replace("_", "-"), raw)
     types = {e.get("eventType") for e in raw["events"]}
     assert "EVENT_TYPE_ACTIVITY_TASK_COMPLETED" in types

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from compaction.summarize import clip_transcript
     from compaction.text import one_line
     from kernels.problems.tunables import TunablesError, with_config
+    from reports.fmt import duration_us
     from workflows import names
     from workflows.models import (AgentLine, AgentNews, AgentRole, AgentTurnInput, AgentTurnResult, Attempt,
                                   BestKernel, BestReport, EvalDigest,
@@ -130,6 +131,7 @@ class KernelOptimization:
         self._outbox: list[AgentNews] = []  # an agent's news for the run, sent after the tool call that made it
         self._children: dict[int, Any] = {}  # islands, in the run: agent -> its child workflow handle
         self._agents_done: set[int] = set()
+        self._timing_meaningful: dict[int, bool] = {}  # attempt -> its last verdict's (the tuner's trials read it)
 
     # ------------------------------------------------------------------------------------ run
     @workflow.run
@@ -281,9 +283,10 @@ class KernelOptimization:
         st.turns += sum(r.turns for _, r in lines_reports if r is not None)
         winner = None
         for line, r in lines_reports:
-            if r is not None and r.best is not None and _beats(r.best.speedup, _geomean_latency(r.best.verdict),
-                                                               st.best.speedup if st.best else None,
-                                                               self._best_latency() if st.best else None):
+            if r is not None and r.best is not None and _beats(
+                    self._ranked(r.best.speedup, r.best.verdict.timing_meaningful), _geomean_latency(r.best.verdict),
+                    self._ranked(st.best.speedup, st.best.verdict.timing_meaningful) if st.best else None,
+                    self._best_latency() if st.best else None):
                 st.best = BestKernel(attempt=r.best.attempt, source=SourceRef(sha256=r.best.sha256, text=r.best.source),
                                      verdict=r.best.verdict, speedup=r.best.speedup)
                 winner = line.agent
@@ -348,7 +351,8 @@ class KernelOptimization:
         st = self.state
         news, st.shared_best = st.shared_best, None
         if news is not None and news.source is not None and news.verdict is not None and _beats(
-                news.speedup, _geomean_latency(news.verdict), st.best.speedup if st.best else None,
+                self._ranked(news.speedup, news.verdict.timing_meaningful), _geomean_latency(news.verdict),
+                self._ranked(st.best.speedup, st.best.verdict.timing_meaningful) if st.best else None,
                 self._best_latency() if st.best else None):
             n = len(st.attempts)
             digest = EvalDigest(tool=names.PROFILE_KERNEL, mode="full", status=news.verdict.status,
@@ -366,7 +370,8 @@ class KernelOptimization:
                     f"your best: edit_kernel works on it and show_kernel() shows it.")})
             elif news.config is not None and all(t.key != config_key(news.config) for t in st.tuner.trials):
                 st.tuner.trials.append(TunerTrial(key=config_key(news.config), config=news.config, attempt=n,
-                                                  status="ok", speedup=news.speedup,
+                                                  status="ok",
+                                                  speedup=self._ranked(news.speedup, news.verdict.timing_meaningful),
                                                   latency_us=_geomean_latency(news.verdict)))
             await self._notebook(f"took over agent {news.agent}'s best{sp} as attempt {n}")
         if st.shared_failures and st.policy == "llm":
@@ -421,7 +426,8 @@ class KernelOptimization:
             st.tuner.trials.append(TunerTrial(key=config_key(setup.config), config=setup.config, attempt=0,
                                               status=e.status if e else "crashed",
                                               latency_us=e.latency_us if e else None,
-                                              speedup=e.speedup if e else None))
+                                              speedup=self._ranked(e.speedup, self._timing_meaningful.get(0, True))
+                                              if e else None))
 
     def _goal(self) -> Goal:
         st, spec = self.state, self.spec
@@ -716,7 +722,7 @@ class KernelOptimization:
             e = st.attempts[n].evals[-1] if st.attempts[n].evals else None
             trial.status = e.status if e else "crashed"
             trial.latency_us = e.latency_us if e else None
-            trial.speedup = e.speedup if e else None
+            trial.speedup = self._ranked(e.speedup, self._timing_meaningful.get(n, True)) if e else None
 
         await asyncio.gather(*(profile(*w) for w in written))
 
@@ -823,6 +829,7 @@ class KernelOptimization:
                                 settings=settings, output_cap=cap),
                 result_type=EvalResult, **self._opts(f"{verb} attempt {n}{self._context(n)}{best}", gpu=True))
             d = res_e.digest.model_copy(update={"tool_call": seq})
+            self._timing_meaningful[n] = res_e.verdict.timing_meaningful
             bisect.insort(st.attempts[n].evals, d, key=lambda e: e.tool_call)
             if setup.shape_set is None and not setup.shapes:
                 setup.shapes = [r.shape for r in res_e.verdict.shapes]
@@ -831,7 +838,9 @@ class KernelOptimization:
                                            latency_us=d.latency_us, speedup=d.speedups,
                                            config=st.attempts[n].config, note=thought or None))
             line = f"{verb} attempt {n}: {d.status}"
-            if d.speedup is not None:
+            if d.latency_us is not None and not res_e.verdict.timing_meaningful:  # a speedup there is noise
+                line += f", {duration_us(d.latency_us)} in the CPU's interpreter"
+            elif d.speedup is not None:
                 line += f", {d.speedup:.3g}x vs {d.baseline}"
             elif d.latency_us is not None:
                 line += f", {d.latency_us:.4g} us"
@@ -882,16 +891,26 @@ class KernelOptimization:
             return res.text, res.ok, None
         raise ApplicationError(f"no dispatch for tool {name}")  # parse_call knows every tool
 
+    def _ranked(self, speedup: float | None, timing_meaningful: bool) -> float | None:
+        """The speedup the best and the tuner rank by: none where the times are a CPU interpreter's, whose
+        speedup divides one noisy CPU time by another; they rank by the kernel's own interpreter time there."""
+        if speedup is not None and not timing_meaningful and workflow.patched(names.PATCH_UNTIMED_RANKING):
+            return None
+        return speedup
+
     def _consider_best(self, n: int, res: EvalResult, source: SourceRef) -> bool:
-        """Only ok verdicts of a profile count; higher speedup wins, or lower latency without baselines."""
+        """Only ok verdicts of a profile count; higher speedup wins, or lower latency without baselines
+        (or on a CPU: see _ranked)."""
         st = self.state
         v, d = res.verdict, res.digest
         if d.status != "ok" or d.mode != "full":
             return False
         if st.best is not None:
             cur = st.best
-            if d.speedup is not None and cur.speedup is not None:
-                if d.speedup <= cur.speedup:
+            speedup = self._ranked(d.speedup, v.timing_meaningful)
+            cur_speedup = self._ranked(cur.speedup, cur.verdict.timing_meaningful)
+            if speedup is not None and cur_speedup is not None:
+                if speedup <= cur_speedup:
                     return False
             else:
                 cur_lat = self._best_latency()
@@ -955,6 +974,8 @@ class KernelOptimization:
         b = self.state.best
         if b is None:
             return "no ok kernel yet"
+        if not b.verdict.timing_meaningful and self._best_latency() is not None:  # a CPU's: its speedup is noise
+            return f"best attempt {b.attempt}, {duration_us(self._best_latency())} in the CPU's interpreter"
         return f"best attempt {b.attempt}" + (f" at {b.speedup:.3g}x" if b.speedup is not None else "")
 
     def _details(self) -> None:

@@ -27,6 +27,7 @@ EVAL_TOOLS = (COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL)
 PATCH_SWEEP_BEST = "sweep-check-of-the-best"
 PATCH_FAULT_REPORTS = "fault-reports"  # a failed tool call in the notebook; a refused API key ends the run
 PATCH_CONCURRENT_EVALS = "concurrent-evaluations"  # a reply's evaluation calls run at once, up to eval.parallel
+PATCH_UNTIMED_RANKING = "untimed-ranking"  # on a CPU the best and the tuner rank by interpreter time, not speedup
 
 # the signal an activity sends its workflow when an attempt failed and Temporal will retry it
 FAULT_SIGNAL = "activity_fault"

@@ -1,16 +1,16 @@
 """Record the workflow histories the replay test (tests/test_workflow_replay.py) runs through Temporal's
 Replayer. Re-record after an intended change to the workflow's decisions, and say so in the commit:
 
-    .venv/bin/python tests/histories/record.py [llm] [tuner] [tuner_parallel] [islands] [faults] [auth]   (default: all)
+    .venv/bin/python tests/record_histories.py [llm] [tuner] [tuner_parallel] [islands] [faults] [auth]   (default: all)
 
 It runs, against a fresh dev server and a fake model endpoint: an llm run of a few turns with a
 compaction, a hint (an update) and a continue-as-new hop; a short tuner run; and a tuner run that
 profiles two configurations at once on two evaluation workers; an llm run of two agents (child
 workflows sharing their bests through the run's signals) whose replies' evaluations run two at once;
-and two cases of the chaos suite
-(tests/chaos_cases.py): the model endpoint down for a while (fault signals, recovery), and a 401 that
+and two of the chaos drills
+(serving/chaos.py): the model endpoint down for a while (fault signals, recovery), and a 401 that
 ends the run. Each run segment's history is written
-as JSON next to this file. Naming runs re-records only those (keeping older recordings replayed
+as JSON in tests/histories/. Naming runs re-records only those (keeping older recordings replayed
 against newer code is what tells a change apart that would break runs in flight)."""
 from __future__ import annotations
 
@@ -19,13 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent.parent), str(HERE.parent)]
+from marathon_support import mla_variant, mla_wrong, queues, segments, start, workers  # tests/, this script's folder
+from serving.dev_server import DevServer
+from serving.scripted_model import FakeOpenAI, completion
+from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec
 
-from fake_openai import FakeOpenAI, completion  # noqa: E402
-from marathon_support import mla_variant, mla_wrong, queues, segments, start, workers  # noqa: E402
-from serving.dev_server import DevServer  # noqa: E402
-from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec  # noqa: E402
+HISTORIES = Path(__file__).resolve().parent / "histories"
 
 SCRIPT = {
     1: [("note", {"text": "plan: BLOCK_S=32"}), ("write_kernel", {"source": mla_variant(BLOCK_S=32)})],
@@ -57,7 +56,7 @@ async def record(address: str, tmp: Path, runs: set[str]) -> None:
         await handle.result()
         first = handle.result_run_id or (await handle.describe()).run_id  # an agent's handle: by its id alone
         for i, seg in enumerate(await segments(client, handle.id, first)):
-            (HERE / f"{name}_segment{i}.json").write_text(seg["history"].to_json())
+            (HISTORIES / f"{name}_segment{i}.json").write_text(seg["history"].to_json())
 
     with FakeOpenAI(script) as fake:
         async with workers(address, tq, gq, tmp / "artifacts") as client, \
@@ -102,20 +101,20 @@ def main() -> int:
     runs = set(sys.argv[1:]) or set(RUNS)
     unknown = runs - set(RUNS)
     if unknown:
-        print(f"record.py: no run named {', '.join(sorted(unknown))} (runs: {', '.join(RUNS)})", file=sys.stderr)
+        print(f"record_histories.py: no run named {', '.join(sorted(unknown))} (runs: {', '.join(RUNS)})", file=sys.stderr)
         return 2
     for name in runs:
-        for old in HERE.glob(f"{name}_segment*.json"):
+        for old in HISTORIES.glob(f"{name}_segment*.json"):
             old.unlink()
     with DevServer() as srv, tempfile.TemporaryDirectory() as tmp:
         asyncio.run(record(srv.address, Path(tmp), runs))
     for name, case in CHAOS_RUNS.items():
         if name in runs:
-            from chaos_cases import run_case
+            from serving.chaos import run_case
             with tempfile.TemporaryDirectory() as tmp:
                 out = asyncio.run(run_case(case, Path(tmp)))
-            (HERE / f"{name}_segment0.json").write_text(out.history_json)
-    for p in sorted(HERE.glob("*.json")):
+            (HISTORIES / f"{name}_segment0.json").write_text(out.history_json)
+    for p in sorted(HISTORIES.glob("*.json")):
         print(p.name, p.stat().st_size)
     return 0
 

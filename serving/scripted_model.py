@@ -1,11 +1,13 @@
-"""A fake OpenAI-compatible chat-completions server for tests: stdlib http.server in a thread, answering
-from a script. The script is a function (turn, delivery, request) -> Reply, where `turn` comes from the
+"""A scripted model endpoint: an OpenAI-compatible chat-completions server (stdlib http.server in a
+thread) that answers from a script instead of a model, so a run's orchestration can be rehearsed and
+its faults drilled with no model at all (serving/chaos.py, bench/orchestration_overhead.py, the tests).
+The script is a function (turn, delivery, request) -> Reply, where `turn` comes from the
 X-Marathon-Turn header the agent_turn activity sends (so a retried turn gets the same answer; -1 for
-requests without it, such as compaction summaries) and
-`delivery` counts how often that turn was asked (1 on the first request), so faults can be injected
-on the first delivery only: a 429 with retry-after, a 500, a malformed answer. `down()` and `up()`
-close and reopen the listening port (an endpoint that refuses connections); a Reply's `after` runs
-once it is sent, on a connection then closed (e.g. to take the endpoint down right after a turn)."""
+requests without it, such as compaction summaries) and `delivery` counts how often that turn was
+asked (1 on the first request), so faults can be injected on the first delivery only: a 429 with
+retry-after, a 500, a malformed answer. `down()` and `up()` close and reopen the listening port (an
+endpoint that refuses connections); a Reply's `after` runs once it is sent, on a connection then
+closed (e.g. to take the endpoint down right after a turn). It listens on 127.0.0.1 only."""
 from __future__ import annotations
 
 import json
@@ -97,7 +99,7 @@ class FakeOpenAI:
                                           header))
                 try:
                     reply = fake.script(which, delivery, request)
-                except Exception as exc:  # a broken script answers 599 so the test sees it
+                except Exception as exc:  # a broken script answers 599 so its caller sees it
                     reply = Reply(status=599, body={"error": {"message": f"script failed: {exc!r}"}})
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
