@@ -12,7 +12,7 @@ import pytest
 
 from tasks import document as doc
 from tasks.fence import run_fenced
-from tasks.measure import measure
+from tasks.measure import TaskBroken, measure
 from tasks.spec import TaskBundle, TaskError, TaskSpec, load_task
 from tasks.tunables import read_tunables, with_config
 
@@ -144,9 +144,11 @@ def _measure(name: str, change: tuple[str, str], tmp_path: Path):
 def test_slow_suite_fixed_is_faster_and_a_cheat_is_caught(tmp_path):
     bundle, v = _measure("slow_suite", ('SEEN_AS = "list"', 'SEEN_AS = "set"'), tmp_path)
     assert v.status == "ok", v.reason
-    assert v.gain > 1.5 and len(v.samples) == len(v.baseline_samples) == bundle.spec.repeat
+    m = v.metric
+    assert m.gain > 1.5 and len(m.samples) == len(m.baseline_samples) == bundle.spec.repeat
+    assert v.best_speedup() == m.gain and m.changed == ["src/catalog.py"]
     cheat = measure(bundle, doc.join({"src/catalog.py": "import os\nos._exit(0)\n"}), tmp_path / "cache")
-    assert cheat.status == "guard_failed"
+    assert cheat.status == "incorrect" and "did the checks run" in cheat.reason
     edits_tests = bundle.files["src/catalog.py"] + "\nimport pathlib\npathlib.Path('tests/test_catalog.py').write_text('')\n"
     assert measure(bundle, doc.join({"src/catalog.py": edits_tests}), tmp_path / "cache").status == "rejected"
     hangs = bundle.files["src/catalog.py"].replace("def normalise(code: str) -> str:\n",
@@ -160,7 +162,7 @@ def test_slow_suite_fixed_is_faster_and_a_cheat_is_caught(tmp_path):
 def test_flaky_test_fixed_never_fails(tmp_path):
     _, v = _measure("flaky_test", ("LOCKED = False", "LOCKED = True"), tmp_path)
     assert v.status == "ok", v.reason
-    assert v.value == 0.0 and v.baseline > 0 and v.gain > 1
+    assert v.metric.value == 0.0 and v.metric.baseline > 0 and v.metric.gain > 1
 
 
 @ROOT_ONLY
@@ -168,4 +170,14 @@ def test_flaky_test_fixed_never_fails(tmp_path):
 def test_bundle_minified_is_smaller(tmp_path):
     _, v = _measure("bundle_size", ("minify: false", "minify: true"), tmp_path)
     assert v.status == "ok", v.reason
-    assert v.value < v.baseline and v.unit == "bytes"
+    assert v.metric.value < v.metric.baseline and v.metric.unit == "bytes"
+
+
+@ROOT_ONLY
+def test_a_task_whose_own_files_fail_is_broken_not_the_candidate(tmp_path):
+    _write(tmp_path / "t", {"task.toml": 'name = "b"\nstatement = "s"\nfiles = ["a.py"]\nguard = "exit 3"\n'
+                            '[metric]\ncommand = "true"\n', "a.py": "x = 1\n"})
+    with pytest.raises(TaskBroken, match="its own files fail its guard"):
+        measure(load_task(tmp_path / "t"), None, tmp_path / "cache")
+    guarded = measure(load_task(EXAMPLES / "slow_suite"), None, tmp_path / "cache", mode="test")
+    assert guarded.status == "ok" and guarded.metric.value is None and guarded.mode == "test"
