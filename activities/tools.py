@@ -9,8 +9,9 @@ import ast
 import difflib
 
 from activities.artifacts import ArtifactStore, capped
-from kernels.problems.spec import get_problem, resolve_kernel
+from kernels.problems.spec import get_problem
 from kernels.problems.tunables import TunablesError, read_tunables
+from workflows.labels import kv
 from workflows.models import (Attempt, EditInput, ListInput, NoteInput, PrepareInput, RunSetup, ShowInput,
                               SourceRef, ToolResult, WriteInput)
 
@@ -58,7 +59,7 @@ def _new_candidate(source: str, attempt: int, entry_point: str, store: ArtifactS
     lines = [f"{what} attempt {attempt}: {ref.lines} lines, sha256 {ref.sha256[:12]}. It is now the current "
              f"candidate: compile_kernel, test_kernel and profile_kernel act on it."]
     if config is not None:
-        lines.append("CONFIG: " + ", ".join(f"{k}={v!r}" for k, v in config.items()))
+        lines.append("CONFIG: " + kv(config, ", ", repr))
     lines += warnings
     if extra:
         lines.append(extra)
@@ -106,7 +107,7 @@ def _attempt_row(a: Attempt, best: int | None, current: int | None) -> str:
     speed = f"{e.speedup:.3f}x vs {e.baseline}" if e and e.speedup is not None else "-"
     lat = f"{e.latency_us:.1f}us" if e and e.latency_us is not None else "-"
     origin = a.origin + (f" of {a.parent}" if a.parent is not None else "")
-    cfg = " " + ",".join(f"{k}={v}" for k, v in a.config.items()) if a.config else ""
+    cfg = " " + kv(a.config) if a.config else ""
     status = e.status if e else "unevaluated"
     return f"{mark}{a.n:>5}  {origin:<14} {status:<13} {speed:<22} {lat:<12}{cfg}"
 
@@ -134,8 +135,12 @@ def prepare(inp: PrepareInput, store: ArtifactStore) -> RunSetup:
     spec = get_problem(inp.problem, inp.problem_source)
     if inp.source is not None:
         label, source = (inp.kernel if inp.kernel and inp.kernel != "starter" else "inline"), inp.source
+    elif inp.kernel in spec.shipped_kernels:  # a name only: this worker reads no file an input names
+        label, source = inp.kernel, spec.kernel_path(inp.kernel).read_text()
     else:
-        label, source = resolve_kernel(spec, inp.kernel)
+        shipped = f"its shipped kernels: {', '.join(spec.shipped_kernels)}" if spec.shipped_kernels else "it ships none"
+        raise ValueError(f"kernel: {inp.kernel!r} is not a shipped kernel of {spec.name} ({shipped}); a kernel "
+                         f"of your own travels as its text in `source`")
     try:
         statement = spec.statement
     except OSError:

@@ -52,7 +52,7 @@
 #   ncu-source-mla the MLA half of ncu-source alone
 #   examples       the README's three file problems in bf16 against eager and torch.compile, as records
 #                  (bench/kernelbench_examples.sh)
-#   confinement    bench/gpu_confinement.py: fences up, a foreign process on the GPU, a snooping candidate
+#   confinement    bench/gpu_confinement.py: fences up, a foreign process on the GPU, hostile candidates and problem files
 #   mla-regimes    MLA tuned at B in $MLA_BATCHES (default 1 4 32) x H in 16 64 128 x S in 1024 8192 65536,
 #                  one `marathon eval` per B against torch and torch.compile, each a result record
 #   mla-plans      bench/mla_decode.py plans: launch-plan variants of the tuned kernel on every regime shape
@@ -141,9 +141,9 @@ for step in "$@"; do
     examples)
       timeout 300 bash bench/kernelbench_examples.sh "$out" bfloat16 ;;
     confinement)
-      timeout 200 python3 bench/gpu_confinement.py --out "$out/gpu_confinement.figures.json"; echo "exit $?"
+      timeout 540 python3 bench/gpu_confinement.py --out "$out/gpu_confinement.figures.json"; echo "exit $?"
       python3 bench/record_verdict.py "$out/gpu_confinement.figures.json" --figures \
-        --measurement "evaluator confinement on a GPU: fences, a foreign process on the GPU, a snooping candidate" \
+        --measurement "evaluator confinement on a GPU: fences, a foreign process on the GPU, a snooping candidate, a hostile problem file and candidate, an honest file problem with baselines" \
         --command "python3 bench/gpu_confinement.py" --out "$out/gpu_confinement.json" ;;
     mla-regimes)
       for b in ${MLA_BATCHES:-1 4 32}; do

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import COUNT, POSITIVE
+from cli.args import REPS, SECONDS, SEEDS
 from cli.tables import verdict_table
 from kernels.evaluator.evaluate import EvaluatorError, evaluate, request_for
 from kernels.problems.spec import PROBLEM_NAMES, ShapeError, parse_shape, resolve_problem
@@ -41,10 +41,10 @@ def add_parser(sub) -> None:
                     help="a named shape set (default: smoke on the CPU, bench on CUDA)")
     ev.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE,...",
                     help="an explicit shape, e.g. B=3,H=4,S=1000 (repeatable; replaces --shapes)")
-    ev.add_argument("--timeout", type=POSITIVE, default=600.0, help="wall-clock seconds for the candidate's process")
+    ev.add_argument("--timeout", type=SECONDS, default=600.0, help="wall-clock seconds for the candidate's process")
     ev.add_argument("--mode", default="full", choices=("compile", "test", "full"))
-    ev.add_argument("--seeds", type=COUNT, default=3, help="fresh random inputs per shape (at least 3 counts)")
-    ev.add_argument("--reps", type=COUNT, default=None, help="timed calls (at least 20 on CUDA)")
+    ev.add_argument("--seeds", type=SEEDS, default=3, help="fresh random inputs per shape (at least 3 counts)")
+    ev.add_argument("--reps", type=REPS, default=None, help="timed calls (at least 20 on CUDA)")
     ev.add_argument("--no-baselines", action="store_true")
     ev.add_argument("--baseline", action="append", default=[], metavar="NAME",
                     help="time only this baseline (repeatable; default: all the problem offers)")

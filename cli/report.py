@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import _state_dir
+from cli.args import ADDRESS, _state_dir
 from cli.server import why
 
 
@@ -53,7 +53,7 @@ def add_report_parser(sub) -> None:
                                         "attempts.csv, notebook.md, best_kernel.py, best_verdict.json")
     rep.add_argument("workflow_id")
     rep.add_argument("--out", default=None, help="the folder to write (default: STATE/reports/WORKFLOW_ID)")
-    rep.add_argument("--address", default=None,
+    rep.add_argument("--address", type=ADDRESS, default=None,
                      help="a Temporal server that holds the run; default: the databases under --state-dir")
     rep.add_argument("--namespace", default="default")
     rep.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
@@ -63,7 +63,7 @@ def add_report_parser(sub) -> None:
 
 def add_runs_parser(sub) -> None:
     runs = sub.add_parser("runs", help="what ran: id, problem, policy, status, hours, tool calls, best speedup, report")
-    runs.add_argument("--address", default=None,
+    runs.add_argument("--address", type=ADDRESS, default=None,
                       help="a Temporal server to ask; default: the databases under --state-dir")
     runs.add_argument("--namespace", default="default")
     runs.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import TASK_QUEUE, _add_spec_flags, spec_from_args
+from cli.args import ADDRESS, _add_spec_flags, spec_from_args
 from kernels.problems.spec import ShapeError
+from workflows.names import TASK_QUEUE
 
 
 async def _schedule_async(args: argparse.Namespace, spec) -> int:
@@ -81,6 +82,6 @@ def add_parser(sub) -> None:
     delete = ssub.add_parser("delete", help="delete a schedule (the runs it started go on)")
     delete.add_argument("--id", required=True)
     for p in (create, listing, delete):
-        p.add_argument("--address", default="localhost:7233")
+        p.add_argument("--address", type=ADDRESS, default="localhost:7233")
         p.add_argument("--namespace", default="default")
     sched.set_defaults(func=cmd_schedule)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import TASK_QUEUE, _add_spec_flags, _state_dir, spec_from_args
+from cli.args import ADDRESS, _add_spec_flags, _state_dir, spec_from_args
 from cli.run import start
+from cli.server import why
 from cli.tables import suite_report_table
+from workflows.names import TASK_QUEUE
 
 
 def suite_spec_from_args(args: argparse.Namespace):
@@ -52,7 +54,11 @@ async def run_suite(args: argparse.Namespace, spec) -> int:
             except ValueError as exc:
                 print(f"marathon suite: {exc}", file=sys.stderr)
                 return 2
-        client = await worker.connect(address, args.namespace)
+        try:
+            client = await worker.connect(address, args.namespace)
+        except RuntimeError as exc:
+            print(f"marathon suite: cannot reach the Temporal server at {address}: {why(exc)}", file=sys.stderr)
+            return 2
         if args.address is None:
             workers = worker.build_workers(client, task_queue=args.task_queue, gpu_task_queue=args.gpu_task_queue,
                                            store=ArtifactStore(args.artifacts or state / "artifacts"))
@@ -105,7 +111,7 @@ def add_parser(sub) -> None:
     suite = sub.add_parser("suite", help="one run per problem file of a folder, as child workflows of one suite "
                                          "workflow; reports fast_p and the geometric-mean speedup")
     _add_spec_flags(suite, problem="suite")
-    for flag, kw in (("--address", {"default": None}), ("--namespace", {"default": "default"}),
+    for flag, kw in (("--address", {"type": ADDRESS, "default": None}), ("--namespace", {"default": "default"}),
                      ("--task-queue", {"default": TASK_QUEUE}), ("--workflow-id", {"default": None}),
                      ("--state-dir", {"default": None}), ("--artifacts", {"default": None}),
                      ("--detach", {"action": "store_true"}), ("--json", {"action": "store_true"})):

@@ -10,7 +10,9 @@ time is up, the kernel ends every process left in the namespace: nothing the com
 outlives it, setsid or not. In the namespace the command has: no network (unless `network`, for a
 task's one-time setup), no capabilities, writes only beneath its working directory (Landlock), an
 environment of allowlisted variables with HOME and TMPDIR in the working directory, and none of the
-worker's secrets. Where the kernel lacks a feature the result says which fence is missing."""
+worker's secrets, and reads of the system's programs and libraries, this Python and its working
+directory only (not /tmp, the home folders or other projects). Where the kernel lacks a feature the
+result says which fence is missing."""
 from __future__ import annotations
 
 import ctypes
@@ -30,6 +32,8 @@ MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x4000, 1 << 18, 2, 4, 8
 OUTPUT_CAP = 256 * 1024  # bytes of a command's output kept (its tail)
 ENV_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM")
 ENV_PREFIXES = ("LC_",)
+SYSTEM_READABLE = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys", "/dev",
+                   "/run/systemd/resolve")
 
 
 @dataclass
@@ -97,6 +101,17 @@ def run_fenced(command: str, workdir: Path, timeout_s: float, network: bool = Fa
                          timed_out=timed_out, fences=facts.get("fences", {}))
 
 
+def readable_paths() -> list[str]:
+    """What a task's commands may read besides their working directory: the system's programs,
+    libraries and settings, this Python (a virtualenv and the interpreter it was made from), and the
+    devices; not the home folders, /tmp, /work or any other project."""
+    paths = list(SYSTEM_READABLE)
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}:
+        if p and os.path.isdir(p):
+            paths.append(p)
+    return paths
+
+
 # --- the launcher (python -m tasks.fence FD WORKDIR NETWORK COMMAND) ---------------------------------
 def _unshare(flags: int) -> bool:
     return isolation.libc().unshare(flags) == 0
@@ -118,7 +133,8 @@ def _child(workdir: str, command: str, env: dict[str, str], mount_ns: bool, netw
     fences: dict[str, bool] = {}
     if mount_ns:
         fences["private_proc"] = _private_proc()
-    fences["landlock"] = isolation.restrict_filesystem([workdir, "/dev/null", "/dev/tty"], tcp=network) > 0
+    fences["landlock"] = isolation.restrict_filesystem([workdir, "/dev/null", "/dev/tty"], readable=readable_paths(),
+                                                       tcp=network) > 0
     if os.geteuid() == 0:
         fences["capabilities_dropped"] = isolation.drop_capabilities()
     os.write(fences_fd, json.dumps(fences).encode())

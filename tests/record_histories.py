@@ -1,12 +1,15 @@
 """Record the workflow histories the replay test (tests/test_workflow_replay.py) runs through Temporal's
 Replayer. Re-record after an intended change to the workflow's decisions, and say so in the commit:
 
-    .venv/bin/python tests/record_histories.py [llm] [tuner] [tuner_parallel] [islands] [faults] [auth]   (default: all)
+    .venv/bin/python tests/record_histories.py [llm] [tuner] [tuner_parallel] [islands] [islands_verified] [faults] [auth]
+    (default: all)
 
 It runs, against a fresh dev server and a fake model endpoint: an llm run of a few turns with a
 compaction, a hint (an update) and a continue-as-new hop; a short tuner run; and a tuner run that
 profiles two configurations at once on two evaluation workers; an llm run of two agents (child
-workflows sharing their bests through the run's signals) whose replies' evaluations run two at once;
+workflows sharing their bests through the run's signals) whose replies' evaluations run two at once,
+recorded twice: before (`islands`) and after (`islands_verified`) shared bests were looked up among the
+run's recorded verdicts;
 and two of the chaos drills
 (serving/chaos.py): the model endpoint down for a while (fault signals, recovery), and a 401 that
 ends the run. Each run segment's history is written
@@ -65,17 +68,20 @@ async def record(address: str, tmp: Path, runs: set[str]) -> None:
                 both = RunSpec(problem="mla_decode", budgets=Budgets(max_tool_calls=5),
                                eval=EvalSettings(device="cpu", parallel=2), gpu_task_queue=gq)
                 await keep(client, await start(client, both, tq, workflow_id="replay-tuner-parallel"), "tuner_parallel")
-            if "islands" in runs:
+            for name in ("islands", "islands_verified"):
+                if name not in runs:
+                    continue
+                wid = "replay-" + name.replace("_", "-")
                 with FakeOpenAI(islands_script) as agents_model:
                     # from a wrong kernel: an agent's first ok profile is a new best, shared with the other
                     islands = RunSpec(problem="mla_decode", source=mla_wrong(), agents=2, max_idle_turns=1,
                                       model=ModelSettings(model="fake", base_url=agents_model.base_url, api_key_env=""),
                                       budgets=Budgets(max_tool_calls=11), eval=EvalSettings(device="cpu", parallel=2),
                                       gpu_task_queue=gq)
-                    handle = await start(client, islands, tq, workflow_id="replay-islands")
-                    await keep(client, handle, "islands")
+                    handle = await start(client, islands, tq, workflow_id=wid)
+                    await keep(client, handle, name)
                 for i in (1, 2):
-                    await keep(client, client.get_workflow_handle(f"replay-islands/agent-{i}"), f"islands_agent{i}")
+                    await keep(client, client.get_workflow_handle(f"{wid}/agent-{i}"), f"{name}_agent{i}")
             if "llm" not in runs and "tuner" not in runs:
                 return
             llm = RunSpec(problem="mla_decode", model=ModelSettings(model="fake", base_url=fake.base_url, api_key_env=""),
@@ -93,7 +99,7 @@ async def record(address: str, tmp: Path, runs: set[str]) -> None:
                 await keep(client, await start(client, tuner, tq, workflow_id="replay-tuner"), "tuner")
 
 
-RUNS = ("llm", "tuner", "tuner_parallel", "islands", "faults", "auth")
+RUNS = ("llm", "tuner", "tuner_parallel", "islands", "islands_verified", "faults", "auth")
 CHAOS_RUNS = {"faults": "model-down", "auth": "model-401"}
 
 

@@ -181,3 +181,14 @@ def test_a_task_whose_own_files_fail_is_broken_not_the_candidate(tmp_path):
         measure(load_task(tmp_path / "t"), None, tmp_path / "cache")
     guarded = measure(load_task(EXAMPLES / "slow_suite"), None, tmp_path / "cache", mode="test")
     assert guarded.status == "ok" and guarded.metric.value is None and guarded.mode == "test"
+
+
+@ROOT_ONLY
+def test_fenced_command_reads_only_the_system_and_its_folder(tmp_path):
+    secret = tmp_path / "elsewhere.txt"
+    secret.write_text("private\n")
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "mine.txt").write_text("mine\n")
+    r = run_fenced(f"cat mine.txt; cat {secret}; python3 -c 'print(1 + 1)'", work, 30)
+    assert "mine" in r.output and "private" not in r.output and "2" in r.output.split()

@@ -21,7 +21,9 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*_segment*.json")
 def test_histories_are_recorded():
     names = {p.name for p in HISTORIES}
     assert {"llm_segment0.json", "llm_segment1.json", "tuner_segment0.json", "tuner_parallel_segment0.json",
-            "islands_segment0.json", "islands_agent1_segment0.json", "islands_agent2_segment0.json"} <= names
+            "islands_segment0.json", "islands_agent1_segment0.json", "islands_agent2_segment0.json",
+            "islands_verified_segment0.json", "islands_verified_agent1_segment0.json",
+            "islands_verified_agent2_segment0.json"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

@@ -27,7 +27,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction, KernelInterface
 
-from kernels.evaluator import confinement, isolation, policy, timing
+from kernels.evaluator import confinement, policy, timing
+from kernels.evaluator import fences as sandbox_fences
 
 CANDIDATE_MODULE = "candidate"
 # aten ops that only allocate, move, view or cast data: everything else is computation, which must
@@ -492,8 +493,13 @@ def _file_problem_entry(cls, args):
 
 # What the judge's assignment (the first line on stdin) holds besides the nonce, with defaults.
 ASSIGNMENT_DEFAULTS = {"candidate": None, "entry": None, "device": None, "problem_file": None, "problem_name": None,
-                       "param_seed": 0, "seccomp": 1, "landlock": 1, "netns": 1, "drop_capabilities": 1,
-                       "writable": "", "gpu_memory_fraction": 0.0, "fsize": None}
+                       "param_seed": 0, "seccomp": 1, "landlock": 1, "landlock_reads": 1, "landlock_exec": 1,
+                       "netns": 1, "drop_capabilities": 1, "writable": "", "readable": "", "toolchain": "none",
+                       "gpu_memory_fraction": 0.0, "fsize": None}
+
+
+def _paths(joined: str) -> list[str]:
+    return [p for p in joined.split(os.pathsep) if p]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -538,22 +544,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.gpu_memory_fraction > 0:  # a GPU memory bomb ends here, leaving the judge its share
             torch.cuda.set_per_process_memory_fraction(args.gpu_memory_fraction)
             fences["gpu_memory_fraction"] = args.gpu_memory_fraction
-    # The fences go up now, with CUDA and Triton started (CUDA's initialisation failed under them on
-    # the H200 machines when they came first), and before any code of the candidate's: its own
-    # network namespace (root only), Landlock (writes only under its scratch dir and Triton's cache,
-    # no TCP; on the CPU also no abstract unix sockets out), and seccomp (no sockets but AF_UNIX, no
-    # fork: threads, and on CUDA vfork+exec for Triton's ptxas and launcher builds; no io_uring); as
-    # root, no capabilities either (they would open every process's /proc files and memory).
-    if args.netns:
-        fences["netns"] = os.geteuid() == 0 and isolation.unshare_network()
-    if args.landlock:
-        abi = isolation.restrict_filesystem([p for p in args.writable.split(os.pathsep) if p],
-                                            scope_abstract_unix=args.device != "cuda")
-        fences["landlock"] = abi > 0
-    if args.drop_capabilities and os.geteuid() == 0:  # root's would let it read every process, non-dumpable or not
-        fences["capabilities_dropped"] = isolation.drop_capabilities()
+    # The fences go up now, with CUDA and Triton started and before any code of the candidate's
+    # (kernels/evaluator/fences.py: what may be read, written and started, and why in this order).
+    fences.update(sandbox_fences.put_up(
+        args.device, writable=_paths(args.writable), readable=_paths(args.readable), toolchain=args.toolchain,
+        netns=bool(args.netns), landlock=bool(args.landlock), landlock_reads=bool(args.landlock_reads),
+        landlock_exec=bool(args.landlock_exec), seccomp=bool(args.seccomp),
+        drop_capabilities=bool(args.drop_capabilities)))
     fences["non_dumpable"] = dumpable_off
-    fences["seccomp"] = bool(args.seccomp) and isolation.install_seccomp(allow_exec_children=args.device == "cuda")
     reply({"kind": "fenced", "fences": fences})
     modules_before = set(sys.modules)
     base_threads = {t.name for t in threading.enumerate() if t is not threading.main_thread()}
