@@ -24,6 +24,11 @@ from kernels.evaluator.confinement import judge_env, scratch_prefix
 from kernels.evaluator.evaluate import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, env_digest, evaluate
 from kernels.evaluator.verdict import Verdict
 from kernels.problems.tunables import TunablesError, read_tunables
+from tasks import tunables as task_tunables
+from tasks.document import DocumentError
+from tasks.measure import TaskBroken
+from tasks.measure import measure as measure_task
+from tasks.spec import TaskBundle
 from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
 from workflows.models import (EVAL_MODES, EvalDigest, EvalInput, EvalResult, RecordedVerdict, SourceRef, VerdictLookup,
                               verdict_scope)
@@ -62,7 +67,16 @@ def eval_request(inp: EvalInput, source: str, cache: BaselineCache | None = None
                        baselines=s.baselines, known_baselines=known)
 
 
+TASK_BASELINE = "the task's own files"
+
+
 def digest(tool: str, verdict: Verdict, artifact: str | None) -> EvalDigest:
+    if verdict.metric is not None:  # a task's: its gain over its own files is the speedup
+        gain = verdict.metric.gain
+        return EvalDigest(tool=tool, mode=verdict.mode, status=verdict.status, reason=verdict.reason[:240],
+                          speedup=gain, baseline=TASK_BASELINE if gain is not None else None,
+                          speedups={TASK_BASELINE: gain} if gain is not None else {}, artifact=artifact,
+                          timing_meaningful=verdict.timing_meaningful)
     speedup = verdict.best_speedup()
     baseline = None
     if speedup is not None:
@@ -181,8 +195,11 @@ def run_eval(inp: EvalInput, store: ArtifactStore, heartbeat: Callable[[], None]
              cache: BaselineCache | None = BASELINES, recorded_by: str | None = None) -> EvalResult:
     """Judge one candidate. With `recorded_by` (the calling workflow's id, as Temporal names it to the
     activity) an ok profile is also recorded worker-side under the source's SHA-256, where the run finds
-    it again when someone claims that source as a best (find_verdict)."""
+    it again when someone claims that source as a best (find_verdict). A task's candidate (`task_key`)
+    is measured against the task's own files instead (tasks/measure.py)."""
     source = source_text(inp.source, store)
+    if inp.task_key is not None:
+        return _run_task(inp, source, store, heartbeat, recorded_by)
     req = eval_request(inp, source, cache)
     verdict = evaluate(req, heartbeat=heartbeat, judge_grace_s=600.0)
     if cache is not None and inp.problem_source is None:
@@ -200,11 +217,64 @@ def run_eval(inp: EvalInput, store: ArtifactStore, heartbeat: Callable[[], None]
     return EvalResult(text=text, verdict=_slim(verdict), digest=digest(inp.tool, verdict, artifact), ncu=ncu)
 
 
+def task_bundle(key: str, store: ArtifactStore) -> TaskBundle:
+    return TaskBundle.model_validate_json(store.get(key))  # hash-checked against its key
+
+
+def task_cache_root() -> Path:
+    """Where this worker keeps each task's folder, made once (its setup run) and copied per measurement."""
+    root = Path(os.environ.get("MARATHON_TASK_CACHE", Path(tempfile.gettempdir()) / "marathon-task-cache"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _run_task(inp: EvalInput, source: str, store: ArtifactStore, heartbeat, recorded_by: str | None) -> EvalResult:
+    """compile_kernel and test_kernel run the guard; profile_kernel the guard and the metric. A task whose
+    own files fail is the task's fault: a non-retryable error that ends the run, saying so."""
+    bundle = task_bundle(inp.task_key, store)
+    mode = "full" if inp.tool == PROFILE_KERNEL else "test"
+    try:
+        verdict = measure_task(bundle, source, task_cache_root(), mode=mode, heartbeat=heartbeat,
+                               kernel=f"attempt {inp.attempt}")
+    except TaskBroken as exc:
+        raise TaskFault(str(exc)) from None
+    artifact = store.put(verdict.model_dump_json(indent=2))
+    if recorded_by and verdict.ok and verdict.mode == "full":
+        store.record_verdict(verdict_scope(inp.problem, None, inp.settings, inp.task_key), recorded_by,
+                             inp.source.sha256, artifact)
+    text, _ = capped(describe_task(inp.tool, inp.attempt, verdict), inp.output_cap, store)
+    return EvalResult(text=text, verdict=_slim(verdict), digest=digest(inp.tool, verdict, artifact))
+
+
+class TaskFault(ValueError):
+    """The task's own files fail (its guard, its metric): the run cannot go on; the activity wrapper
+    raises it non-retryable."""
+
+
+def describe_task(tool: str, attempt: int, verdict: Verdict) -> str:
+    """A task's verdict as the model reads it."""
+    verb = "measure" if tool == PROFILE_KERNEL else "guard"
+    m = verdict.metric
+    lines = [f"{verb} attempt {attempt}: {verdict.status.upper()} ({verdict.elapsed_s:.1f} s)", verdict.reason]
+    if m is not None:
+        if m.changed:
+            lines.append(f"  files changed: {', '.join(m.changed)}")
+        if m.samples:
+            unit = f" {m.unit}" if m.unit else ""
+            lines.append(f"  samples: {', '.join(f'{x:.4g}' for x in m.samples)}{unit}; the task's own: "
+                         f"{', '.join(f'{x:.4g}' for x in m.baseline_samples)}{unit}")
+        if verdict.status != "ok" and m.guard_tail.strip():
+            lines += ["guard output (tail):", m.guard_tail.strip()[-2000:]]
+    if verdict.status != "ok" and verdict.log_tail.strip():
+        lines += ["metric output (tail):", verdict.log_tail.strip()[-2000:]]
+    return "\n".join(lines)
+
+
 def find_verdict(inp: VerdictLookup, store: ArtifactStore) -> RecordedVerdict:
     """The best ok profile of a source that evaluations of `inp.workflow_ids` recorded under the run's
     scope, read back from the store (every verdict and the source hash-checked against their keys), or
     an empty answer. What a claim said about the source plays no part."""
-    scope = verdict_scope(inp.problem, inp.problem_source, inp.settings)
+    scope = verdict_scope(inp.problem, inp.problem_source, inp.settings, inp.task_key)
     found: RecordedVerdict | None = None
     for workflow_id in inp.workflow_ids:
         for key in store.recorded_verdicts(scope, workflow_id, inp.source_sha256):
@@ -226,8 +296,9 @@ def find_verdict(inp: VerdictLookup, store: ArtifactStore) -> RecordedVerdict:
     found.source = SourceRef(sha256=inp.source_sha256, text=text if len(text) <= inp.inline_cap else None,
                              lines=text.count("\n") + 1)
     try:
-        tunables = read_tunables(text)
-    except TunablesError:
+        tunables = (task_tunables.read_tunables(task_bundle(inp.task_key, store), text) if inp.task_key
+                    else read_tunables(text))
+    except (TunablesError, task_tunables.TaskTunablesError, DocumentError, KeyError, ArtifactCorrupt):
         tunables = None
     found.config = tunables[1] if tunables else None
     return found

@@ -93,6 +93,8 @@ class MarathonActivities:
         try:
             return evaluation.run_eval(inp, self.store, heartbeat=activity.heartbeat,
                                        recorded_by=activity.info().workflow_id)
+        except evaluation.TaskFault as exc:  # the task's own files fail: the run ends, saying so
+            raise ApplicationError(str(exc), type="TaskBroken", non_retryable=True) from None
         except (KeyError, ValueError) as exc:  # bad evaluation settings (a shape the problem refuses, ...)
             raise ApplicationError(f"{type(exc).__name__}: {exc}", type="BadEvalSettings", non_retryable=True) from None
 

@@ -74,6 +74,8 @@ def _add_spec_flags(run, problem: str = "one") -> None:
     which = run.add_mutually_exclusive_group(required=True)
     if problem in ("one", "either"):
         which.add_argument("--problem", help=f"a built-in problem ({', '.join(PROBLEM_NAMES)}), its folder, or a KernelBench-format .py file")
+        which.add_argument("--task", metavar="DIR", help="a task instead of a kernel problem: a folder with task.toml "
+                           "(a test suite's time, a bundle's size, a flaky test's failure rate: README, Your own target)")
     if problem in ("suite", "either"):
         which.add_argument("--problems", metavar="DIR_OR_GLOB",
                            help="a suite: one run per KernelBench-format file (each starting from <name>_kernel.py "
@@ -133,12 +135,43 @@ def spec_from_args(args: argparse.Namespace):
         raise ValueError(describe_invalid(err)) from None
 
 
+def _model_settings(args: argparse.Namespace):
+    from workflows.models import ModelSettings
+    model = ModelSettings(model=args.model or "", base_url=args.base_url, api_key_env=args.api_key_env,
+                          max_tokens=args.max_tokens, tool_choice=args.tool_choice)
+    if args.policy == "llm" and not model.configured:
+        raise ValueError("--policy llm needs --model (and --base-url for a non-OpenAI endpoint)")
+    return model
+
+
+def _task_spec(args: argparse.Namespace):
+    """A task's run: the folder read here, its spec and text files carried in the input."""
+    from tasks.spec import TaskError, load_task
+    from workflows.models import Budgets, EvalSettings, RunSpec
+    try:
+        bundle = load_task(args.task)
+    except TaskError as exc:
+        raise ValueError(f"--task: {exc}") from None
+    if args.kernel != "starter":
+        raise ValueError("--kernel: a task starts from its own files (give changes to them as the task's files)")
+    if args.shape or args.shapes:
+        raise ValueError("--shape/--shapes: a task has no shapes")
+    return RunSpec(problem=bundle.spec.name, task=bundle, policy=args.policy, model=_model_settings(args),
+                   budgets=Budgets(hours=args.hours, max_tool_calls=args.max_tool_calls,
+                                   target_speedup=args.target_speedup),
+                   eval=EvalSettings(device="cpu", timeout_s=args.timeout, parallel=args.parallel, sweep_best=False),
+                   hints=list(args.hint), compact_every=args.compact_every, context_budget=args.context_budget,
+                   gpu_task_queue=args.gpu_task_queue, agents=args.agents)
+
+
 def _spec_from_args(args: argparse.Namespace):
     from pathlib import Path
 
     from kernels.problems.spec import get_problem
-    from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec
+    from workflows.models import Budgets, EvalSettings, RunSpec
 
+    if getattr(args, "task", None):
+        return _task_spec(args)
     name, problem_source = resolve_problem(args.problem)
     if problem_source is not None:
         name = _label(name)
@@ -160,11 +193,8 @@ def _spec_from_args(args: argparse.Namespace):
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"--kernel {kernel!r}: cannot read it ({exc})") from None
         kernel = _label(path.name)
-    model = ModelSettings(model=args.model or "", base_url=args.base_url, api_key_env=args.api_key_env,
-                          max_tokens=args.max_tokens, tool_choice=args.tool_choice)
+    model = _model_settings(args)
     policy = args.policy
-    if policy == "llm" and not model.configured:
-        raise ValueError("--policy llm needs --model (and --base-url for a non-OpenAI endpoint)")
     memory = None
     if args.memory_from:
         from compaction.memory import Memory

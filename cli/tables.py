@@ -15,7 +15,30 @@ def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
+def task_verdict_table(v: Verdict) -> str:
+    """A task's verdict: its figure and the task's own files', each run's sample, the files it changes."""
+    m = v.metric
+    unit = f" {m.unit}" if m.unit else ""
+    lines = [f"task {v.problem} / {v.kernel}: {v.status.upper()}", f"  {v.reason}"]
+    if m.samples:
+        lines.append(f"  {m.name}, {m.direction} is better: {', '.join(f'{x:.4g}' for x in m.samples)}{unit} against "
+                     f"the task's own {', '.join(f'{x:.4g}' for x in m.baseline_samples)}{unit}")
+    if m.changed:
+        lines.append(f"  files it changes: {', '.join(m.changed)}")
+    missing = [k for k, ok in v.sandbox.items() if ok is False]
+    if missing:
+        lines.append(f"  fences missing on this machine: {', '.join(missing)}")
+    lines.append(f"  {v.elapsed_s:.1f} s")
+    if v.status != "ok":
+        for title, text in (("guard output (tail)", m.guard_tail), ("metric output (tail)", v.log_tail)):
+            if text.strip():
+                lines += ["", f"  {title}:"] + ["    " + x for x in text.strip().splitlines()[-20:]]
+    return "\n".join(lines)
+
+
 def verdict_table(v: Verdict) -> str:
+    if v.metric is not None:
+        return task_verdict_table(v)
     lines = [f"{v.problem} / {v.kernel} on {v.device}" + (f" ({v.gpu.name}, driver {v.gpu.driver})" if v.gpu else "")
              + f": {v.status.upper()}", f"  {v.reason}"]
     cpu = not v.timing_meaningful and any(r.latency_us for r in v.shapes)
@@ -69,6 +92,8 @@ def best_line(attempt: int, speedup_: float | None, verdict: Verdict | None,
                        f"time, {duration_us(fastest[1])})")
     if speedup_ is None:
         return f"attempt {attempt} (no baseline timed)"
+    if verdict is not None and verdict.metric is not None:
+        return f"attempt {attempt} at {speedup(speedup_)} better than the task's own files ({verdict.metric.name})"
     return f"attempt {attempt} at {speedup(speedup_)} (its worst shape, against the strongest baseline)"
 
 

@@ -60,6 +60,24 @@ do not repeat a failed approach unless you have a new reason, and build on what 
 - Older turns are not shown; the memory and the goal block below are authoritative."""
 
 
+TASK_SYSTEM_PROMPT = """\
+You are a software engineer on a long, unattended optimization run. You improve a project's files \
+against one measured figure (a test suite's time, a bundle's size, a test's failure rate), one tool call \
+at a time, for up to a day and a thousand tool calls.
+
+How to work:
+- A candidate is one text holding the files you change, each under its `### file: <path>` line. Only \
+the files the task names may change; the guard (its tests) must keep passing, and must still run every check.
+- Only candidates with an `ok` measurement count. Check the guard (check_guard), then measure \
+(measure): each measurement runs yours and the task's own files in the same call.
+- Every change is a hypothesis: say what you expect, change one thing, measure, and keep it only if \
+the measurement says so. Gaming the figure (skipping work the guard checks, special-casing the \
+measurement) is not an improvement.
+- Read the memory below before acting. It is the compacted record of everything earlier in the run: \
+do not repeat a failed approach unless you have a new reason, and build on what worked.
+- Older turns are not shown; the memory and the goal block below are authoritative."""
+
+
 class PromptBudgetError(ValueError):
     """The fixed part of the prompt (system instructions + goal block) does not fit the budget."""
 
@@ -71,7 +89,7 @@ def goal_text(goal: Goal) -> str:
     """The goal block's fixed wording: a function of the run input only."""
     lines = [
         "# Goal (fixed for the whole run)",
-        f"Problem: {goal.problem}",
+        f"{'Task' if goal.kind == 'task' else 'Problem'}: {goal.problem}",
         f"Target: {goal.target or '(none given: as fast as possible while correct)'}",
         f"Baselines: {', '.join(goal.baselines) if goal.baselines else '(none)'}",
         f"Shapes: {goal.shapes or '(the problem default)'}",
@@ -439,7 +457,8 @@ def chat_sequence(messages: list[dict]) -> list[dict]:
 
 
 def system_message(goal: Goal, figures: LiveFigures, system_prompt: str | None = None) -> dict:
-    return {"role": "system", "content": (system_prompt if system_prompt is not None else DEFAULT_SYSTEM_PROMPT)
+    default = TASK_SYSTEM_PROMPT if goal.kind == "task" else DEFAULT_SYSTEM_PROMPT
+    return {"role": "system", "content": (system_prompt if system_prompt is not None else default)
             + "\n\n" + goal_block(goal, figures)}
 
 

@@ -21,6 +21,7 @@ from activities.compaction import CompactResult
 from compaction.text import one_line
 from kernels.evaluator.verdict import ShapeResult, Verdict
 from reports.fmt import worker_name
+from tasks.spec import TaskBundle
 from workflows import names
 from workflows.models import AgentLine, Attempt, BestReport, EvalResult, RunReport, RunSetup, RunSpec, RunStatus
 
@@ -93,6 +94,7 @@ class RunFacts(BaseModel):
     run_ids: list[str]  # every segment, first to last
     problem: str
     problem_source: str | None = None  # a KernelBench-format problem file's source
+    task: TaskBundle | None = None  # a task's run: the task as the run was given it
     policy: str
     temporal_status: str  # RUNNING, COMPLETED, FAILED, TERMINATED, ...
     finished: bool
@@ -399,7 +401,8 @@ async def collect(client: Client, workflow_id: str, store: ArtifactStore | None 
             pass
     return RunFacts(
         workflow_id=workflow_id, run_ids=[r for r, _ in segments], problem=spec.problem if spec else "?",
-        problem_source=spec.problem_source if spec else None, policy=policy, temporal_status=status_name,
+        problem_source=spec.problem_source if spec else None, task=spec.task if spec else None,
+        policy=policy, temporal_status=status_name,
         finished=finished, phase=status.phase if status else ("finished" if hist.result else status_name.lower()),
         step=status.step if status else "", stop_reason=stop_reason, started_at=started_at, ended_at=ended_at,
         generated_at=now, hours=hours, tool_calls=tool_calls,

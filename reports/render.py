@@ -43,7 +43,9 @@ def problem_file(facts: RunFacts) -> str:
 
 def judge_command(facts: RunFacts) -> str:
     """The command that judges best_kernel.py again, run from the report folder: same problem, device
-    and shapes as the run's verdict."""
+    and shapes as the run's verdict. A task's: best.patch measured again against the task's folder."""
+    if facts.task is not None:
+        return f"marathon eval --task TASK_FOLDER --patch best.patch   (TASK_FOLDER: the folder of task {facts.task.spec.name})"
     v = facts.best_verdict
     problem = problem_file(facts) if facts.problem_source else facts.problem
     parts = ["marathon", "eval", "--problem", problem, "--kernel", "best_kernel.py"]
@@ -54,6 +56,16 @@ def judge_command(facts: RunFacts) -> str:
         for r in v.shapes:
             parts += ["--shape", fmt_shape(r.shape)]
     return " ".join(parts)
+
+
+def task_patch(facts: RunFacts) -> str:
+    """The best attempt of a task's run as a diff of the task's files (`git apply` or `patch -p1` in the
+    task's folder), or a note when its text is not a set of files the task lets change."""
+    from tasks import document
+    try:
+        return document.patch(facts.task, document.candidate_files(facts.task, facts.best_source))
+    except document.DocumentError as exc:
+        return f"# the best attempt's text is not a patch of the task: {exc}\n"
 
 
 def kernel_header(facts: RunFacts) -> str:
@@ -131,6 +143,10 @@ def outcome(facts: RunFacts) -> str:
             lat = (f" ({fmt.duration_us(row.latency_us)} in the CPU's interpreter, geometric mean over "
                    f"{len(b.verdict.shapes)} shapes)" if row and row.latency_us else "")
             best = f"best: attempt {b.attempt}{lat}, {best_rule(facts)}"
+        elif b.speedup is not None and b.verdict.metric is not None:
+            best = (f"best: attempt {b.attempt} at {fmt.speedup(b.speedup)} better than the task's own files "
+                    f"({b.verdict.metric.name}: {b.verdict.metric.value:.4g}{' ' + b.verdict.metric.unit if b.verdict.metric.unit else ''} "
+                    f"against {b.verdict.metric.baseline:.4g})")
         elif b.speedup is not None:
             best = (f"best: attempt {b.attempt} at {fmt.speedup(b.speedup)} against {facts.best_baseline_name()} "
                     f"(its worst shape, against the strongest baseline)")
@@ -225,7 +241,9 @@ def write_report(facts: RunFacts, out: Path) -> Path:
                  MARKER: facts.workflow_id + "\n"}
         if facts.best is not None:
             files["best_verdict.json"] = facts.best.verdict.model_dump_json(indent=2) + "\n"
-            if facts.best_source is not None:
+            if facts.best_source is not None and facts.task is not None:
+                files["best.patch"] = task_patch(facts)
+            elif facts.best_source is not None:
                 files["best_kernel.py"] = kernel_header(facts) + facts.best_source
         if facts.problem_source:
             files[problem_file(facts)] = facts.problem_source

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from kernels.evaluator.verdict import Verdict
+from tasks.spec import TaskBundle
 from workflows.inputs import EvalSettings, ModelSettings
 from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
 from workflows.records import Attempt, EvalDigest, SourceRef
@@ -33,6 +34,7 @@ class AgentTurnResult(BaseModel):
 class PrepareInput(BaseModel):
     problem: str
     problem_source: str | None = None
+    task: TaskBundle | None = None  # a task instead of a kernel problem (its files are the start)
     kernel: str = "starter"
     source: str | None = None
     eval: EvalSettings = Field(default_factory=EvalSettings)
@@ -72,6 +74,7 @@ class EvalInput(BaseModel):
     tool: str  # compile_kernel | test_kernel | profile_kernel
     problem: str
     problem_source: str | None = None
+    task_key: str | None = None  # a task's bundle, by its key in the artifact store (RunSetup.task_key)
     attempt: int
     source: SourceRef
     settings: EvalSettings
@@ -112,14 +115,16 @@ class NotebookEntry(BaseModel):
 
 
 # ------------------------------------------------------------------------------ recorded verdicts
-def verdict_scope(problem: str, problem_source: str | None, settings: EvalSettings) -> str:
-    """What a verdict is comparable within: the problem (a file problem by its text) and the settings
-    that decide what is judged (device, shapes, seeds, reps, baselines). The evaluation activity files
-    an ok profile under it; a claimed best is looked up under the run's own."""
+def verdict_scope(problem: str, problem_source: str | None, settings: EvalSettings, task_key: str | None = None) -> str:
+    """What a verdict is comparable within: the problem (a file problem by its text, a task by its
+    bundle's key) and the settings that decide what is judged (device, shapes, seeds, reps, baselines).
+    The evaluation activity files an ok profile under it; a claimed best is looked up under the run's own."""
     key = {"problem": problem,
            "problem_source": hashlib.sha256(problem_source.encode()).hexdigest() if problem_source else None,
            "device": settings.device, "shapes": settings.shapes, "shape_list": settings.shape_list,
            "seeds": settings.seeds, "reps": settings.reps, "baselines": settings.baselines}
+    if task_key is not None:
+        key["task"] = task_key
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
@@ -129,6 +134,7 @@ class VerdictLookup(BaseModel):
     workflow_ids: list[str]
     problem: str
     problem_source: str | None = None
+    task_key: str | None = None
     settings: EvalSettings
     source_sha256: str
     inline_cap: int = 32768

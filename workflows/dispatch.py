@@ -16,7 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import names
     from workflows.models import (AgentNews, Attempt, EditInput, EvalInput, EvalResult, ListInput, NoteInput, RunBest,
                                   ShowInput, SourceRef, ToolCallRecord, ToolResult, WriteInput)
-    from workflows.toolspec import parse_call
+    from workflows.toolspec import canonical, parse_call
     from workflows.yardstick import beats
 
 from workflows.islands import Islands
@@ -38,6 +38,7 @@ class ToolDispatch:
         run, st = self.run, self.run.state
         st.tool_calls += 1
         seq = st.tool_calls
+        name = canonical(name)
         args, error = parse_call(name, arguments)
         attempt: int | None = target[0] if target else st.current
         if error is not None:
@@ -55,6 +56,8 @@ class ToolDispatch:
                 text = (f"infrastructure error: {name} failed after its retries ({short(str(cause), 400)}). "
                         f"Nothing was learned about the kernel; you may try again.")
                 ok = False
+                if isinstance(cause, ApplicationError) and cause.type == "TaskBroken":  # the task's own files fail
+                    st.stop_requested = st.stop_requested or f"the task is broken: {short(str(cause), 300)}"
                 if workflow.patched(names.PATCH_FAULT_REPORTS):
                     await run.notebook(f"tool call {seq} ({name}) failed: {short(str(cause), 300)}")
         st.calls_since_compaction += 1
@@ -114,7 +117,7 @@ class ToolDispatch:
         settings = spec.eval if st.policy == "llm" else spec.eval.model_copy(update={"ncu": False})
         res: EvalResult = await workflow.execute_activity(  # (the tuner reads no Nsight metrics)
             name, EvalInput(tool=name, problem=setup.problem, problem_source=spec.problem_source, attempt=n,
-                            source=source, settings=settings, output_cap=spec.tool_output_cap),
+                            task_key=setup.task_key, source=source, settings=settings, output_cap=spec.tool_output_cap),
             result_type=EvalResult, **run.opts(f"{verb} attempt {n}{run.context(n)}{best}", gpu=True))
         d = res.digest.model_copy(update={"tool_call": seq})
         bisect.insort(st.attempts[n].evals, d, key=lambda e: e.tool_call)

@@ -32,7 +32,7 @@ async def recorded_verdict(run: Run, sha256: str | None) -> RecordedVerdict | No
         return None
     try:
         found: RecordedVerdict = await workflow.execute_activity(
-            names.FIND_VERDICT, VerdictLookup(workflow_ids=run_ids(run), problem=st.setup.problem,
+            names.FIND_VERDICT, VerdictLookup(workflow_ids=run_ids(run), problem=st.setup.problem, task_key=st.setup.task_key,
                                               problem_source=spec.problem_source, settings=spec.eval,
                                               source_sha256=sha256, inline_cap=spec.inline_source_cap),
             result_type=RecordedVerdict, **run.opts(f"look up the recorded verdict of {sha256[:12]}"))

@@ -31,7 +31,7 @@ from workflows.dispatch import ToolDispatch
 from workflows.islands import Islands
 from workflows.policy import policy_for
 from workflows.run import Run
-from workflows.target import KernelTarget
+from workflows.target import KernelTarget, TaskTarget
 
 
 def _prune(st: RunState, max_bytes: int) -> str | None:
@@ -70,7 +70,7 @@ class KernelOptimization:
         self.run = Run(spec.model_copy(update={"carry": None}), state)
         self.islands = Islands(self.run)
         self.tools = ToolDispatch(self.run, self.islands)
-        self.target = KernelTarget(self.run, self.tools)
+        self.target = (TaskTarget if spec.task is not None else KernelTarget)(self.run, self.tools)
         self.policy = policy_for(self.run, self.tools, self.islands)
 
     # ------------------------------------------------------------------------------------ run

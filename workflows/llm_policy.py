@@ -17,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
                                    needs_compaction, tail_turns, token_scale, tools_tokens, with_best)
     from workflows import names
     from workflows.models import AgentNews, AgentTurnInput, AgentTurnResult
-    from workflows.toolspec import TOOLS
+    from workflows.toolspec import canonical, tools_for
 
 from workflows import memory
 from workflows.dispatch import ToolDispatch
@@ -51,11 +51,14 @@ class LlmPolicy:
             f"Agent {news.agent} found a faster kernel{sp}. It is now attempt {n}, your current candidate and "
             f"your best: edit_kernel works on it and show_kernel() shows it.")})
 
+    def _tools(self) -> list[dict[str, Any]]:
+        return tools_for(self.run.spec.task is not None)
+
     def _prompt(self) -> list[dict[str, Any]]:
         """Goal block + memory + the last turns, within the context budget (compaction/prompt.py)."""
         st = self.run.state
         return build_messages(st.memory.goal, memory.figures(self.run), with_best(st.memory, memory.memory_best(self.run)),
-                              st.recent, self.run.context_budget(), reserve=tools_tokens(TOOLS))
+                              st.recent, self.run.context_budget(), reserve=tools_tokens(self._tools()))
 
     async def step(self) -> None:
         run, st, spec = self.run, self.run.state, self.run.spec
@@ -67,7 +70,7 @@ class LlmPolicy:
         if st.pending_hints:
             st.recent.append({"role": "user", "content": "Hint from the user: " + "\n".join(st.pending_hints)})
             st.pending_hints = []
-        estimated = estimate_prompt(st.memory.goal, memory.figures(run), st.memory, st.recent) + tools_tokens(TOOLS)
+        estimated = estimate_prompt(st.memory.goal, memory.figures(run), st.memory, st.recent) + tools_tokens(self._tools())
         if needs_compaction(st.calls_since_compaction, spec.compact_every, estimated, run.context_budget()):
             await memory.compact(run, estimated)
         try:
@@ -99,7 +102,7 @@ class LlmPolicy:
         try:
             result: AgentTurnResult = await workflow.execute_activity(
                 names.AGENT_TURN,
-                AgentTurnInput(settings=spec.model, messages=messages, tools=TOOLS,
+                AgentTurnInput(settings=spec.model, messages=messages, tools=tools_for(spec.task is not None),
                                turn_key=f"{workflow.info().workflow_id}/{turn}"),
                 result_type=AgentTurnResult,
                 start_to_close_timeout=timedelta(seconds=spec.model.request_timeout_s + 30),
@@ -133,7 +136,7 @@ class LlmPolicy:
         st.tokens.max_prompt_tokens = max(st.tokens.max_prompt_tokens, result.prompt_tokens)
         if result.prompt_tokens and workflow.patched(names.PATCH_TOKEN_SCALE):
             st.token_scale = token_scale(st.token_scale, result.prompt_tokens,
-                                         estimate_tokens(messages) + tools_tokens(TOOLS))
+                                         estimate_tokens(messages) + tools_tokens(self._tools()))
         return result
 
     async def _run_calls(self, calls: list[dict[str, Any]], thought: str) -> None:
@@ -143,7 +146,7 @@ class LlmPolicy:
         i = 0
         while i < len(calls):
             j = i
-            while j < len(calls) and (calls[j].get("function") or {}).get("name") in names.EVAL_TOOLS:
+            while j < len(calls) and canonical((calls[j].get("function") or {}).get("name") or "") in names.EVAL_TOOLS:
                 j += 1
             if j - i > 1 and width > 1 and workflow.patched(names.PATCH_CONCURRENT_EVALS):
                 # evaluations of one reply judge the same candidate: `width` at a time, one per GPU worker;

@@ -16,6 +16,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from tasks.spec import TaskBundle
+
 from compaction.memory import AttemptDigest, Memory
 from workflows import limits as L
 from workflows.activity_io import (EVAL_MODES, AgentTurnInput, AgentTurnResult, EditInput, EvalInput, EvalResult,
@@ -77,6 +79,9 @@ class RunSpec(_Input):
     # islands: agents > 1 runs that many agents as child workflows of this run, each with its own context
     # and memory and a share of the tool calls, sharing the best kernel and the failures through this run
     agents: int = Field(default=1, ge=1, le=L.MAX_AGENTS)
+    # a task (tasks/spec.py: a folder with task.toml, carried by value: its spec and its text files) to
+    # optimize instead of a kernel problem; `problem` is then the task's name
+    task: TaskBundle | None = None
     # set by the parent on an agent's own spec: which agent it is. Leave it out.
     agent: AgentRole | None = None
     # set by the workflow when it continues as new: the run's state so far. Leave it out.
@@ -103,6 +108,15 @@ class RunSpec(_Input):
         if self.policy is not None:
             return self.policy
         return "llm" if self.model.configured else "tuner"
+
+    @model_validator(mode="after")
+    def _task_is_the_problem(self) -> RunSpec:
+        if self.task is not None:
+            if self.problem != self.task.spec.name:
+                raise ValueError(f"problem: a task's run names its task ({self.task.spec.name!r}), not {self.problem!r}")
+            if self.problem_source is not None or self.source is not None:
+                raise ValueError("task: a task's run carries no problem_source or source (its files are in the task)")
+        return self
 
     @model_validator(mode="after")
     def _agents_fed(self) -> RunSpec:

@@ -110,6 +110,7 @@ class RunSetup(BaseModel):
     baselines: list[str]
     tunables: dict[str, list[Any]] | None = None
     config: dict[str, Any] | None = None
+    task_key: str | None = None  # a task's bundle in the artifact store: what its evaluations measure
 
 
 class AgentNews(_Input):

@@ -41,7 +41,7 @@ class KernelTarget:
         try:
             setup: RunSetup = await workflow.execute_activity(
                 names.PREPARE_RUN, PrepareInput(problem=spec.problem, problem_source=spec.problem_source,
-                                                kernel=spec.kernel, source=spec.source,
+                                                task=spec.task, kernel=spec.kernel, source=spec.source,
                                                 eval=spec.eval, inline_source_cap=spec.inline_source_cap),
                 result_type=RunSetup, start_to_close_timeout=timedelta(seconds=spec.tool_timeout_s),
                 heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_s),
@@ -55,7 +55,7 @@ class KernelTarget:
         st.attempts.append(Attempt(n=0, origin="start", sha256=setup.start.sha256, lines=setup.start.lines,
                                    config=setup.config))
         st.current, st.current_source = 0, setup.start
-        await run.notebook(f"start: {spec.problem}, {setup.kernel_label} kernel as attempt 0, policy {st.policy}, "
+        await run.notebook(f"start: {spec.problem}, {setup.kernel_label}{'' if spec.task else ' kernel'} as attempt 0, policy {st.policy}, "
                            f"budget {st.budget_tool_calls} tool calls / {st.budget_hours:g} h")
         text = await self.tools.call(names.PROFILE_KERNEL, {}, call_id="start")
         goal = self._goal()
@@ -111,3 +111,27 @@ class KernelTarget:
         verdict = "correct on every sweep shape" if res.digest.status == "ok" else (
             f"{res.digest.status}: {short(res.digest.reason, 200)}")
         await run.notebook(f"sweep check of the best (attempt {b.attempt}): {verdict}")
+
+
+class TaskTarget(KernelTarget):
+    """A task (tasks/): a test suite's time, a bundle's size, a flaky test's failure rate. It starts as a
+    kernel does (prepare, then the start measured against itself), states its own goal, and has no
+    sweep to check its best on: every measurement already ran the task's own guard."""
+
+    def _goal(self) -> Goal:
+        st, spec = self.run.state, self.run.spec
+        setup, task = st.setup, spec.task
+        m = task.spec.metric
+        better = "lower" if m.direction == "lower" else "higher"
+        target = (f"make {m.read} {better} than the task's own files ({'while' if task.spec.guard else 'and'} "
+                  f"{'its guard passes' if task.spec.guard else 'nothing breaks'})")
+        if st.target_speedup:
+            target += f"; the run stops at {st.target_speedup:g}x better"
+        start_eval = st.attempts[0].evals[-1] if st.attempts and st.attempts[0].evals else None
+        if start_eval is not None and start_eval.status == "ok":
+            target += f"; the task's own files: {short(start_eval.reason, 200)}"
+        return Goal(problem=setup.problem, statement=setup.statement, target=target,
+                    baselines=["the task's own files"], shapes="(a task: no shapes)", device="cpu", kind="task")
+
+    async def check_best(self) -> None:
+        return None

@@ -10,6 +10,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from kernels.problems.tunables import TunablesError, with_config
+    from tasks import tunables as task_tunables
     from workflows import names
     from workflows.labels import config_label
     from workflows.models import AgentNews, SourceRef, TunerTrial
@@ -81,8 +82,9 @@ class TunerPolicy:
             trial = TunerTrial(key=config_key(cfg), config=cfg)
             st.tuner.trials.append(trial)
             try:
-                source = with_config(setup.start.text, cfg)
-            except TunablesError as exc:
+                source = (task_tunables.with_config(spec.task, setup.start.text, cfg) if spec.task is not None
+                          else with_config(setup.start.text, cfg))
+            except (TunablesError, task_tunables.TaskTunablesError) as exc:
                 trial.status = "write_failed"
                 await run.notebook(f"tuner: cannot write {config_label(cfg)}: {exc}")
                 continue
@@ -91,6 +93,8 @@ class TunerPolicy:
             await self.tools.call(names.WRITE_KERNEL, {"source": source}, call_id=f"tuner-{tried}-write",
                                   thought=thought, origin="tuner")
             a = st.attempt(st.current) if st.current is not None else None
+            if spec.task is not None and a is not None and a.origin == "tuner" and a.config is None:
+                a.config = cfg  # a task's knobs live in task.toml: the tuner knows what it wrote
             if a is None or a.origin != "tuner" or a.config != cfg:
                 trial.status = "write_failed"
                 continue

@@ -257,20 +257,21 @@ def landlock_abi() -> int:
 
 
 def restrict_filesystem(writable: list[str], scope_abstract_unix: bool = True, readable: list[str] | None = None,
-                        executable: list[str] | None = None) -> int:
+                        executable: list[str] | None = None, tcp: bool = False) -> int:
     """Landlock: writes only beneath `writable` (files there, and device nodes named there); with
     `readable` (not None), reads only beneath `writable` and `readable`; with `executable` (not None),
-    no program started but those files (none when empty); no TCP; no signals out. Returns the ABI
-    used, 0 if Landlock is not available (the caller reports that). Applies to the calling thread and
-    the threads and processes it creates afterwards (threads that exist already, such as CUDA's and
-    torch's pools, run no Python code of the candidate's). A path that does not exist is left out."""
+    no program started but those files (none when empty); no TCP (`tcp`: left alone, for a task's
+    setup, which fetches its packages); no signals out. Returns the ABI used, 0 if Landlock is not
+    available (the caller reports that). Applies to the calling thread and the threads and processes
+    it creates afterwards (threads that exist already, such as CUDA's and torch's pools, run no Python
+    code of the candidate's). A path that does not exist is left out."""
     abi = landlock_abi()
     if abi < 1:
         return 0
     base = _ARCH[platform.machine()][7]
     write = _FS_WRITE | _FS_TREE | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
     fs = write | (_FS_READ if readable is not None else 0) | (_FS_EXECUTE if executable is not None else 0)
-    net = (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0
+    net = (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 and not tcp else 0
     scoped = ((_SCOPE_ABSTRACT_UNIX if scope_abstract_unix else 0) | _SCOPE_SIGNAL) if abi >= 6 else 0
     if abi >= 6:
         attr = struct.pack("QQQ", fs, net, scoped)
