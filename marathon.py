@@ -8,11 +8,13 @@ import sys
 from cli import dev, report, run, schedule, suite
 from cli import eval as eval_command
 from cli.args import Parser
+from cli.help import complete
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = Parser(prog="marathon", description="Day-long, crash-proof Triton kernel optimization.")
-    sub = ap.add_subparsers(dest="command", required=True)
+    ap = Parser(prog="marathon", description="Day-long, crash-proof Triton kernel optimization.",
+                epilog="`marathon COMMAND --help` explains a command's flags.")
+    sub = ap.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     eval_command.add_parser(sub)
     run.add_run_parser(sub)
     suite.add_parser(sub)
@@ -21,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_report_parser(sub)
     report.add_runs_parser(sub)
     schedule.add_parser(sub)
+    complete(ap)
     return ap
 
 

@@ -99,9 +99,25 @@ def build_workers(client: Client, *, control: bool = True, gpu: bool = True,
 
 
 # --------------------------------------------------------------------------------------- main
+def _address(text: str) -> str:
+    from cli.args import ADDRESS
+    return ADDRESS(text)
+
+
+def _concurrency(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= n <= 1024:
+        raise argparse.ArgumentTypeError(f"{n} must be from 1 to 1024")
+    return n
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="worker.py", description="kernel-marathon workers")
-    ap.add_argument("--address", default=os.environ.get("TEMPORAL_ADDRESS", "localhost:7233"))
+    from cli.args import Parser
+    ap = Parser(prog="worker.py", description="kernel-marathon workers")
+    ap.add_argument("--address", type=_address, default=os.environ.get("TEMPORAL_ADDRESS", "localhost:7233"))
     ap.add_argument("--namespace", default=os.environ.get("TEMPORAL_NAMESPACE", "default"))
     ap.add_argument("--queues", default=f"{names.TASK_QUEUE},{names.GPU_TASK_QUEUE}",
                     help="which queues to serve: marathon, marathon-gpu or both (comma-separated)")
@@ -111,7 +127,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                                                        "~/.local/state/kernel-marathon/artifacts)")
     ap.add_argument("--gpus", default="auto", help="auto: one evaluation worker process per visible GPU; none: "
                                                    "evaluate in this process; or a list like 0,1")
-    ap.add_argument("--max-concurrent", type=int, default=16, help="concurrent control activities")
+    ap.add_argument("--max-concurrent", type=_concurrency, default=16, help="concurrent control activities")
     return ap.parse_args(argv)
 
 

@@ -109,6 +109,32 @@ class ArtifactStore:
     def has(self, key: str) -> bool:
         return self.path(key).exists()
 
+    # -- the verdicts a run's evaluations recorded: verdicts/<scope and workflow>/<source sha256>/<verdict key>,
+    # each entry naming a full verdict stored (and hash-checked on read) as an artifact. Only evaluation
+    # activities write them; a run looks a claimed best up here (activities.evaluation.find_verdict).
+    def _verdict_dir(self, scope: str, workflow_id: str, source_sha256: str) -> Path:
+        self.path(source_sha256)  # a key, not a path
+        return self.root / "verdicts" / sha256_text(f"{scope}\0{workflow_id}") / source_sha256
+
+    def record_verdict(self, scope: str, workflow_id: str, source_sha256: str, verdict_key: str) -> None:
+        self.path(verdict_key)
+        folder = self._verdict_dir(scope, workflow_id, source_sha256)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / verdict_key).touch()
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise self._full(exc, 0) from None
+            raise
+
+    def recorded_verdicts(self, scope: str, workflow_id: str, source_sha256: str) -> list[str]:
+        """The keys of the verdicts recorded for a source, by name order (their content is checked on get)."""
+        folder = self._verdict_dir(scope, workflow_id, source_sha256)
+        try:
+            return sorted(p.name for p in folder.iterdir() if len(p.name) == 64)
+        except FileNotFoundError:
+            return []
+
     def notebook_path(self, workflow_id: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in workflow_id)
         return self.root / "notebooks" / f"{safe}.md"

@@ -48,10 +48,24 @@ class CompactResult(BaseModel):
     completion_tokens: int = 0
 
     def line(self) -> str:
-        """One line for the Web UI / lab notebook."""
-        how = "model" if self.used_model else f"deterministic ({self.fallback_reason})"
-        return (f"compaction {self.memory.compactions}: {self.tokens_before} → {self.tokens_after} tokens, "
-                f"through turn {self.memory.covers_through_turn}, {how}")
+        """One line for the Web UI / lab notebook: what the memory kept, and its size beside the prompt's
+        (a tuner's first memory is larger than the empty prompt before it)."""
+        m = self.memory
+        how = "by the model" if self.used_model else f"deterministic: {self.fallback_reason}"
+
+        def count(n: int, one: str, many: str) -> str:
+            return f"{n} {one if n == 1 else many}"
+
+        kept = [f"the best (attempt {m.best.attempt})" if m.best else "no best yet",
+                count(sum(s.merged or 1 for s in m.strategies), "strategy", "strategies"),
+                count(sum(f.merged or 1 for f in m.failures), "failure", "failures")]
+        kept += [count(len(m.insights), "profiler insight", "profiler insights")] if m.insights else []
+        kept += [count(len(m.hypotheses), "open hypothesis", "open hypotheses")] if m.hypotheses else []
+        kept += ["the next plan"] if m.next_plan else []
+        kept += [count(len(m.hints), "hint", "hints")] if m.hints else []
+        return (f"compaction {m.compactions} through turn {m.covers_through_turn} ({how}): kept "
+                f"{', '.join(kept[:-1])} and {kept[-1]} in a memory of {self.tokens_after:,} tokens "
+                f"(the prompt before it: {self.tokens_before:,} tokens)")
 
 
 def _content(completion: dict) -> str | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -18,14 +17,23 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from activities.artifacts import ArtifactStore, capped
+from activities.artifacts import ArtifactCorrupt, ArtifactStore, capped
 from activities.tools import source_text
 from kernels.evaluator.baseline_cache import DEFAULT_TTL_S, BaselineCache
 from kernels.evaluator.confinement import judge_env, scratch_prefix
 from kernels.evaluator.evaluate import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, env_digest, evaluate
 from kernels.evaluator.verdict import Verdict
+from kernels.problems.tunables import TunablesError, read_tunables
+from tasks import tunables as task_tunables
+from tasks.document import DocumentError
+from tasks.measure import TaskBroken
+from tasks.measure import measure as measure_task
+from tasks.spec import TaskBundle
 from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
-from workflows.models import EVAL_MODES, EvalDigest, EvalInput, EvalResult
+from workflows.models import (EVAL_MODES, EvalDigest, EvalInput, EvalResult, RecordedVerdict, SourceRef, VerdictLookup,
+                              verdict_scope)
+from workflows.labels import kv, shape_label
+from workflows.yardstick import beats, geomean_latency
 
 NCU_METRICS = {
     "gpu__time_duration.sum": "duration_ns",
@@ -45,7 +53,9 @@ NCU_METRICS = {
 BASELINES = BaselineCache(float(os.environ.get("MARATHON_BASELINE_TTL_S", DEFAULT_TTL_S)))
 
 
-def request_for(inp: EvalInput, source: str, cache: BaselineCache | None = None) -> EvalRequest:
+def eval_request(inp: EvalInput, source: str, cache: BaselineCache | None = None) -> EvalRequest:
+    """The evaluator's request for an activity's input (kernels.evaluator.evaluate.request_for makes one
+    for a shipped kernel's name or a file, as the CLI has them)."""
     s = inp.settings
     mode = EVAL_MODES[inp.tool]
     # a file problem's baselines are never shared: another file may carry the same name
@@ -57,17 +67,21 @@ def request_for(inp: EvalInput, source: str, cache: BaselineCache | None = None)
                        baselines=s.baselines, known_baselines=known)
 
 
-def _fmt_shape(shape: dict[str, int]) -> str:
-    return ",".join(f"{k}={v}" for k, v in shape.items())
+TASK_BASELINE = "the task's own files"
 
 
 def digest(tool: str, verdict: Verdict, artifact: str | None) -> EvalDigest:
+    if verdict.metric is not None:  # a task's: its gain over its own files is the speedup
+        gain = verdict.metric.gain
+        return EvalDigest(tool=tool, mode=verdict.mode, status=verdict.status, reason=verdict.reason[:240],
+                          speedup=gain, baseline=TASK_BASELINE if gain is not None else None,
+                          speedups={TASK_BASELINE: gain} if gain is not None else {}, artifact=artifact,
+                          timing_meaningful=verdict.timing_meaningful)
     speedup = verdict.best_speedup()
     baseline = None
     if speedup is not None:
         worst = min((r for r in verdict.shapes if r.speedup), key=lambda r: min(r.speedup.values()))
         baseline = min(worst.speedup, key=worst.speedup.get)
-    lat = [r.latency_us for r in verdict.shapes if r.latency_us]
     roof = [r.roofline_pct for r in verdict.shapes if r.roofline_pct is not None]
     speedups: dict[str, float] = {}
     for r in verdict.shapes:
@@ -75,8 +89,8 @@ def digest(tool: str, verdict: Verdict, artifact: str | None) -> EvalDigest:
             speedups[name] = min(ratio, speedups.get(name, ratio))
     return EvalDigest(
         tool=tool, mode=verdict.mode, status=verdict.status, reason=verdict.reason[:240], speedup=speedup,
-        baseline=baseline, speedups=speedups, latency_us=round(math.exp(sum(math.log(x) for x in lat) / len(lat)), 3) if lat else None,
-        roofline_pct=min(roof) if roof else None, artifact=artifact)
+        baseline=baseline, speedups=speedups, latency_us=geomean_latency(verdict),
+        roofline_pct=min(roof) if roof else None, artifact=artifact, timing_meaningful=verdict.timing_meaningful)
 
 
 def describe(tool: str, attempt: int, verdict: Verdict, ncu: dict | None = None) -> str:
@@ -86,7 +100,7 @@ def describe(tool: str, attempt: int, verdict: Verdict, ncu: dict | None = None)
              + (f", {verdict.gpu.name}" if verdict.gpu else "") + f", {verdict.elapsed_s:.1f} s)",
              verdict.reason]
     for r in verdict.shapes:
-        parts = [f"  {_fmt_shape(r.shape)}: " + ("correct" if r.correct else "NOT correct")]
+        parts = [f"  {shape_label(r.shape)}: " + ("correct" if r.correct else "NOT correct")]
         if r.rel_err is not None:
             parts.append(f"rel_err {r.rel_err:.2e}")
         if r.latency_us is not None:
@@ -108,7 +122,7 @@ def describe(tool: str, attempt: int, verdict: Verdict, ncu: dict | None = None)
     lines += [f"  flag: {f}" for f in verdict.flags]
     if ncu:
         lines.append("  Nsight Compute: " + "; ".join(
-            f"{k}: " + ", ".join(f"{m}={v}" for m, v in vals.items()) for k, vals in ncu.items()))
+            f"{k}: " + kv(vals, ", ") for k, vals in ncu.items()))
     if verdict.status != "ok" and verdict.log_tail.strip():
         lines += ["candidate output (tail):", verdict.log_tail.strip()[-2500:]]
     return "\n".join(lines)
@@ -131,7 +145,7 @@ def ncu_metrics(req: EvalRequest, kernels: list[str], timeout_s: float = 600.0) 
     under `ncu --target-processes all`, so the candidate still runs only inside the evaluator's sandbox.
     Compile mode: one call of the candidate, no reference and no probe shapes (the verdict that asked
     for this has checked it already). In test mode the re-run took 102 s for KDA on the H200 (19 s for
-    MLA; ncu_metrics_h200_fixed.json @fd1a659): ncu intercepts every launch, and the KDA reference
+    MLA; kernels/problems/mla_decode/NOTES.md, "Nsight Compute on the tuned kernel"): ncu intercepts every launch, and the KDA reference
     alone launches thousands of kernels. A dict {kernel: {metric: value}}, or a string saying why
     there is none."""
     ncu = ncu_path()
@@ -172,20 +186,119 @@ def ncu_metrics(req: EvalRequest, kernels: list[str], timeout_s: float = 600.0) 
     return out or "ncu captured none of the candidate's kernels"
 
 
+def _slim(verdict: Verdict) -> Verdict:
+    """The verdict as history keeps it: minus the candidate's long log (the artifact has it all)."""
+    return verdict.model_copy(update={"log_tail": verdict.log_tail[-1500:]})
+
+
 def run_eval(inp: EvalInput, store: ArtifactStore, heartbeat: Callable[[], None] | None = None,
-             cache: BaselineCache | None = BASELINES) -> EvalResult:
+             cache: BaselineCache | None = BASELINES, recorded_by: str | None = None) -> EvalResult:
+    """Judge one candidate. With `recorded_by` (the calling workflow's id, as Temporal names it to the
+    activity) an ok profile is also recorded worker-side under the source's SHA-256, where the run finds
+    it again when someone claims that source as a best (find_verdict). A task's candidate (`task_key`)
+    is measured against the task's own files instead (tasks/measure.py)."""
     source = source_text(inp.source, store)
-    req = request_for(inp, source, cache)
+    if inp.task_key is not None:
+        return _run_task(inp, source, store, heartbeat, recorded_by)
+    req = eval_request(inp, source, cache)
     verdict = evaluate(req, heartbeat=heartbeat, judge_grace_s=600.0)
     if cache is not None and inp.problem_source is None:
         cache.learn(inp.problem, inp.settings.device, verdict)
     artifact = store.put(verdict.model_dump_json(indent=2))
+    if recorded_by and verdict.ok and verdict.mode == "full":
+        store.record_verdict(verdict_scope(inp.problem, inp.problem_source, inp.settings), recorded_by,
+                             inp.source.sha256, artifact)
     ncu = None
     if (inp.tool == PROFILE_KERNEL and inp.settings.ncu and verdict.ok and verdict.device == "cuda"
             and ncu_path()):
         found = ncu_metrics(req, verdict.kernels_launched)
         ncu = found if isinstance(found, dict) else {"unavailable": {"why": found}}
-    # history keeps the verdict minus the candidate's long log; the artifact has it all
-    slim = verdict.model_copy(update={"log_tail": verdict.log_tail[-1500:]})
     text, _ = capped(describe(inp.tool, inp.attempt, verdict, ncu), inp.output_cap, store)
-    return EvalResult(text=text, verdict=slim, digest=digest(inp.tool, verdict, artifact), ncu=ncu)
+    return EvalResult(text=text, verdict=_slim(verdict), digest=digest(inp.tool, verdict, artifact), ncu=ncu)
+
+
+def task_bundle(key: str, store: ArtifactStore) -> TaskBundle:
+    return TaskBundle.model_validate_json(store.get(key))  # hash-checked against its key
+
+
+def task_cache_root() -> Path:
+    """Where this worker keeps each task's folder, made once (its setup run) and copied per measurement."""
+    root = Path(os.environ.get("MARATHON_TASK_CACHE", Path(tempfile.gettempdir()) / "marathon-task-cache"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _run_task(inp: EvalInput, source: str, store: ArtifactStore, heartbeat, recorded_by: str | None) -> EvalResult:
+    """compile_kernel and test_kernel run the guard; profile_kernel the guard and the metric. A task whose
+    own files fail is the task's fault: a non-retryable error that ends the run, saying so."""
+    bundle = task_bundle(inp.task_key, store)
+    mode = "full" if inp.tool == PROFILE_KERNEL else "test"
+    try:
+        verdict = measure_task(bundle, source, task_cache_root(), mode=mode, heartbeat=heartbeat,
+                               kernel=f"attempt {inp.attempt}")
+    except TaskBroken as exc:
+        raise TaskFault(str(exc)) from None
+    artifact = store.put(verdict.model_dump_json(indent=2))
+    if recorded_by and verdict.ok and verdict.mode == "full":
+        store.record_verdict(verdict_scope(inp.problem, None, inp.settings, inp.task_key), recorded_by,
+                             inp.source.sha256, artifact)
+    text, _ = capped(describe_task(inp.tool, inp.attempt, verdict), inp.output_cap, store)
+    return EvalResult(text=text, verdict=_slim(verdict), digest=digest(inp.tool, verdict, artifact))
+
+
+class TaskFault(ValueError):
+    """The task's own files fail (its guard, its metric): the run cannot go on; the activity wrapper
+    raises it non-retryable."""
+
+
+def describe_task(tool: str, attempt: int, verdict: Verdict) -> str:
+    """A task's verdict as the model reads it."""
+    verb = "measure" if tool == PROFILE_KERNEL else "guard"
+    m = verdict.metric
+    lines = [f"{verb} attempt {attempt}: {verdict.status.upper()} ({verdict.elapsed_s:.1f} s)", verdict.reason]
+    if m is not None:
+        if m.changed:
+            lines.append(f"  files changed: {', '.join(m.changed)}")
+        if m.samples:
+            unit = f" {m.unit}" if m.unit else ""
+            lines.append(f"  samples: {', '.join(f'{x:.4g}' for x in m.samples)}{unit}; the task's own: "
+                         f"{', '.join(f'{x:.4g}' for x in m.baseline_samples)}{unit}")
+        if verdict.status != "ok" and m.guard_tail.strip():
+            lines += ["guard output (tail):", m.guard_tail.strip()[-2000:]]
+    if verdict.status != "ok" and verdict.log_tail.strip():
+        lines += ["metric output (tail):", verdict.log_tail.strip()[-2000:]]
+    return "\n".join(lines)
+
+
+def find_verdict(inp: VerdictLookup, store: ArtifactStore) -> RecordedVerdict:
+    """The best ok profile of a source that evaluations of `inp.workflow_ids` recorded under the run's
+    scope, read back from the store (every verdict and the source hash-checked against their keys), or
+    an empty answer. What a claim said about the source plays no part."""
+    scope = verdict_scope(inp.problem, inp.problem_source, inp.settings, inp.task_key)
+    found: RecordedVerdict | None = None
+    for workflow_id in inp.workflow_ids:
+        for key in store.recorded_verdicts(scope, workflow_id, inp.source_sha256):
+            try:
+                verdict = Verdict.model_validate_json(store.get(key))
+            except (KeyError, ValueError, ArtifactCorrupt):  # gone, changed, or not a verdict: not evidence
+                continue
+            if not (verdict.ok and verdict.mode == "full") or verdict.source_sha256 not in ("", inp.source_sha256):
+                continue
+            d = digest(PROFILE_KERNEL, verdict, key)
+            if found is None or beats(d.speedup, d.latency_us, found.digest.speedup, found.digest.latency_us):
+                found = RecordedVerdict(workflow_id=workflow_id, verdict=_slim(verdict), digest=d)
+    if found is None:
+        return RecordedVerdict()
+    try:
+        text = store.get(inp.source_sha256)
+    except (KeyError, ArtifactCorrupt):  # a verdict without its source: nothing to hand on
+        return RecordedVerdict()
+    found.source = SourceRef(sha256=inp.source_sha256, text=text if len(text) <= inp.inline_cap else None,
+                             lines=text.count("\n") + 1)
+    try:
+        tunables = (task_tunables.read_tunables(task_bundle(inp.task_key, store), text) if inp.task_key
+                    else read_tunables(text))
+    except (TunablesError, task_tunables.TaskTunablesError, DocumentError, KeyError, ArtifactCorrupt):
+        tunables = None
+    found.config = tunables[1] if tunables else None
+    return found

@@ -28,9 +28,9 @@ from workflows.models import AgentTurnInput, AgentTurnResult, ModelSettings
 RETRYABLE_STATUS = {408, 409, 429}
 AUTH_STATUS = {401, 403}
 BODY_CHARS = 300
-# how OpenAI, vLLM, SGLang and Ollama word a prompt over the context window
+# how OpenAI, vLLM, SGLang, Ollama and llama.cpp word a prompt over the context window
 CONTEXT_WORDS = ("context length", "context_length", "context window", "maximum context", "too many tokens",
-                 "prompt is too long", "max_model_len")
+                 "prompt is too long", "max_model_len", "context size", "exceed_context_size")
 _clients: dict[tuple, openai.OpenAI] = {}
 _clients_lock = threading.Lock()
 

@@ -19,7 +19,8 @@ from activities.artifacts import ArtifactStore
 from activities.faults import FaultReporter, application_error, heartbeating
 from workflows import names
 from workflows.models import (AgentTurnInput, AgentTurnResult, EditInput, EvalInput, EvalResult, ListInput,
-                              NotebookEntry, NoteInput, PrepareInput, RunSetup, ShowInput, ToolResult, WriteInput)
+                              NotebookEntry, NoteInput, PrepareInput, RecordedVerdict, RunSetup, ShowInput, ToolResult,
+                              VerdictLookup, WriteInput)
 
 
 class MarathonActivities:
@@ -76,6 +77,10 @@ class MarathonActivities:
         timeline reads like the notebook, and appended to <artifacts>/notebooks/<workflow id>.md."""
         self._guarded(self.store.append_notebook, entry.workflow_id, entry.line, heartbeat=False)
 
+    @activity.defn(name=names.FIND_VERDICT)
+    def find_verdict(self, inp: VerdictLookup) -> RecordedVerdict:
+        return self._guarded(evaluation.find_verdict, inp, self.store)
+
     @activity.defn(name=names.AGENT_TURN)
     def agent_turn(self, inp: AgentTurnInput) -> AgentTurnResult:
         return self._guarded(model.agent_turn_impl, inp)
@@ -86,7 +91,10 @@ class MarathonActivities:
 
     def _run_eval(self, inp: EvalInput) -> EvalResult:
         try:
-            return evaluation.run_eval(inp, self.store, heartbeat=activity.heartbeat)
+            return evaluation.run_eval(inp, self.store, heartbeat=activity.heartbeat,
+                                       recorded_by=activity.info().workflow_id)
+        except evaluation.TaskFault as exc:  # the task's own files fail: the run ends, saying so
+            raise ApplicationError(str(exc), type="TaskBroken", non_retryable=True) from None
         except (KeyError, ValueError) as exc:  # bad evaluation settings (a shape the problem refuses, ...)
             raise ApplicationError(f"{type(exc).__name__}: {exc}", type="BadEvalSettings", non_retryable=True) from None
 
@@ -104,7 +112,7 @@ class MarathonActivities:
 
     def control_activities(self) -> list:
         return [self.prepare_run, self.write_kernel, self.edit_kernel, self.show_kernel, self.list_attempts,
-                self.note, self.notebook, self.agent_turn]
+                self.note, self.notebook, self.agent_turn, self.find_verdict]
 
     def gpu_activities(self) -> list:
         return [self.compile_kernel, self.test_kernel, self.profile_kernel]

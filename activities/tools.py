@@ -9,10 +9,49 @@ import ast
 import difflib
 
 from activities.artifacts import ArtifactStore, capped
-from kernels.problems.spec import get_problem, resolve_kernel
+from kernels.problems.spec import get_problem
 from kernels.problems.tunables import TunablesError, read_tunables
+from tasks import document as task_document
+from tasks import tunables as task_tunables
+from workflows.labels import kv
 from workflows.models import (Attempt, EditInput, ListInput, NoteInput, PrepareInput, RunSetup, ShowInput,
                               SourceRef, ToolResult, WriteInput)
+
+
+def prepare_task(inp: PrepareInput, store: ArtifactStore) -> RunSetup:
+    """A task's run: its files, as one text, are the start; its bundle goes into the store once, and
+    the evaluations find it there by key."""
+    bundle = inp.task
+    start = task_document.join(bundle.starting_files())
+    found = task_tunables.read_tunables(bundle, start)
+    return RunSetup(problem=bundle.spec.name, entry_point="", statement=task_statement(bundle),
+                    kernel_label="the task's own files", start=source_ref(start, store, inp.inline_source_cap),
+                    device="cpu", shape_set=None, shapes=[], baselines=["the task's own files"],
+                    tunables={k: list(v) for k, v in found[0].items()} if found else None,
+                    config=found[1] if found else None, task_key=store.put(bundle.model_dump_json()))
+
+
+def task_statement(bundle) -> str:
+    """What the model reads about a task: its statement, the figure to improve, the guard, the files
+    it may change, and how a candidate is written."""
+    spec = bundle.spec
+    m = spec.metric
+    figure = {"wall_time": f"the wall time of `{m.command}`",
+              "failure_rate": f"the fraction of runs of `{m.command}` that fail"}.get(
+        m.read, f"the figure `{m.command}` prints ({m.read})")
+    guard = (f"`{spec.guard.command}` must pass (exit 0)" + (f" and print {spec.guard.expect!r}" if spec.guard.expect else "")
+             if spec.guard else "there is no guard")
+    return (f"# Task {spec.name}\n\n{spec.statement.strip()}\n\n"
+            f"The figure: {figure}; {'lower' if m.direction == 'lower' else 'higher'} is better"
+            + (f" ({m.shown_unit})" if m.shown_unit else "") + f". Measured {spec.repeat} times against the task's own "
+            f"files in the same call, runs interleaved; the median counts"
+            + (" (the fraction of failed runs)" if m.read == "failure_rate" else "") + f".\n"
+            f"The guard: {guard}; a candidate that fails it does not count.\n"
+            f"You may change only these files: {', '.join(spec.files)} (new files matching them too). Each "
+            f"command runs in a fresh copy of the task's folder with no network, and at most {spec.timeout_s:g} s.\n\n"
+            f"A candidate is one text holding the files you change, each under a line `{task_document.HEADER}<path>`; "
+            f"a file you leave out keeps the task's version. The task's own files:\n\n"
+            + task_document.join(bundle.starting_files()))
 
 
 def source_ref(text: str, store: ArtifactStore, inline_cap: int) -> SourceRef:
@@ -27,9 +66,16 @@ def source_text(ref: SourceRef, store: ArtifactStore) -> str:
 
 
 def _checks(source: str, entry_point: str) -> tuple[list[str], dict | None]:
-    """Quick static feedback on a new candidate: it parses, defines the entry point, its tunables."""
+    """Quick static feedback on a new candidate: it parses, defines the entry point, its tunables. A
+    task's candidate (no entry point) is a text of files: is it one?"""
     warnings: list[str] = []
     config = None
+    if not entry_point:
+        try:
+            task_document.split(source)
+        except task_document.DocumentError as exc:
+            warnings.append(f"warning: {exc}; evaluations will reject it")
+        return warnings, None
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -58,7 +104,7 @@ def _new_candidate(source: str, attempt: int, entry_point: str, store: ArtifactS
     lines = [f"{what} attempt {attempt}: {ref.lines} lines, sha256 {ref.sha256[:12]}. It is now the current "
              f"candidate: compile_kernel, test_kernel and profile_kernel act on it."]
     if config is not None:
-        lines.append("CONFIG: " + ", ".join(f"{k}={v!r}" for k, v in config.items()))
+        lines.append("CONFIG: " + kv(config, ", ", repr))
     lines += warnings
     if extra:
         lines.append(extra)
@@ -106,7 +152,7 @@ def _attempt_row(a: Attempt, best: int | None, current: int | None) -> str:
     speed = f"{e.speedup:.3f}x vs {e.baseline}" if e and e.speedup is not None else "-"
     lat = f"{e.latency_us:.1f}us" if e and e.latency_us is not None else "-"
     origin = a.origin + (f" of {a.parent}" if a.parent is not None else "")
-    cfg = " " + ",".join(f"{k}={v}" for k, v in a.config.items()) if a.config else ""
+    cfg = " " + kv(a.config) if a.config else ""
     status = e.status if e else "unevaluated"
     return f"{mark}{a.n:>5}  {origin:<14} {status:<13} {speed:<22} {lat:<12}{cfg}"
 
@@ -131,11 +177,17 @@ def note(inp: NoteInput, store: ArtifactStore) -> ToolResult:
 
 def prepare(inp: PrepareInput, store: ArtifactStore) -> RunSetup:
     """Resolve what the workflow may not read itself: the statement, the starting source, the shapes."""
+    if inp.task is not None:
+        return prepare_task(inp, store)
     spec = get_problem(inp.problem, inp.problem_source)
     if inp.source is not None:
         label, source = (inp.kernel if inp.kernel and inp.kernel != "starter" else "inline"), inp.source
+    elif inp.kernel in spec.shipped_kernels:  # a name only: this worker reads no file an input names
+        label, source = inp.kernel, spec.kernel_path(inp.kernel).read_text()
     else:
-        label, source = resolve_kernel(spec, inp.kernel)
+        shipped = f"its shipped kernels: {', '.join(spec.shipped_kernels)}" if spec.shipped_kernels else "it ships none"
+        raise ValueError(f"kernel: {inp.kernel!r} is not a shipped kernel of {spec.name} ({shipped}); a kernel "
+                         f"of your own travels as its text in `source`")
     try:
         statement = spec.statement
     except OSError:

@@ -1,5 +1,5 @@
 """Restart to next tool call: seconds from starting the killed processes again to the next activity
-attempt starting, per restart case of the chaos suite (tests/chaos_cases.py), on this host (CPU).
+attempt starting, per restart case of the chaos drills (serving/chaos.py), on this host (CPU).
 
 Each case is a small LLM run against a real Temporal dev server, worker processes and a scripted
 model endpoint; the fault is a SIGKILL of the workflow worker (mid model turn), the evaluation worker,
@@ -19,15 +19,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-for p in (ROOT, ROOT / "tests"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
 
 
 def main(argv: list[str] | None = None) -> int:
     import os
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    from chaos_cases import HEARTBEAT_S, RESTART_CASES, run_case
+    from serving.chaos import HEARTBEAT_S, RESTART_CASES, run_case
     from kernels.evaluator.result_record import Host, ResultRecord
     from workflows.models import RunSpec
 

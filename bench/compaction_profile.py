@@ -1,8 +1,8 @@
 """Prompt size and compactions over a scripted 1,000-tool-call run: the figures behind compaction's budget.
 
-    .venv/bin/python bench/compaction_profile.py [--tool-calls 1000] [--out .marathon/bench/bench/results/cpu/compaction_profile.json]
+    .venv/bin/python bench/compaction_profile.py [--tool-calls 1000] [--out .marathon/bench/compaction_profile.json]
 
-Drives the compaction library exactly as the workflow does (tests/scripted_compaction.py: triggers,
+Drives the compaction library exactly as the workflow does (compaction/rehearsal.py: triggers,
 `compact_memory` with a forgetful summarizing model that answers every third request with garbage
 or an exception, `build_messages` for every model call) with the KDA problem's real statement in the
 goal block, and reports, per configuration: prompt tokens at each model call (max, median, p95, as
@@ -13,16 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the scripted model is test support
+from compaction.memory import LiveFigures
+from compaction.prompt import estimate_tokens, memory_block, system_message
+from compaction.rehearsal import FIRST_FAILURE, ScriptConfig, kda_goal, mentions, run_scripted
 
-from compaction.memory import LiveFigures  # noqa: E402
-from compaction.prompt import estimate_tokens, memory_block, system_message  # noqa: E402
-from scripted_compaction import FIRST_FAILURE, ScriptConfig, kda_goal, mentions, run_scripted  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CONFIGS = {
     "defaults (compact_every=40, context_budget=48000)": dict(),
@@ -34,7 +32,7 @@ CONFIGS = {
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tool-calls", type=int, default=1000)
-    ap.add_argument("--out", type=Path, default=ROOT / ".marathon" / "bench" / "bench/results/cpu/compaction_profile.json")
+    ap.add_argument("--out", type=Path, default=ROOT / ".marathon" / "bench" / "compaction_profile.json")
     args = ap.parse_args(argv)
 
     statement_file = ROOT / "kernels" / "problems" / "kda" / "statement.md"
@@ -69,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
               f"failures forgotten: {prof['failures_forgotten']} of {prof['failures']}; first failure kept "
               f"through {prof['first_failure_kept_through']}\n  compact activity in history: input max "
               f"{prof['activity_input_bytes_max'] / 1e3:.0f} kB, result max {prof['activity_result_bytes_max'] / 1e3:.0f} kB")
-    out = {"what": "scripted tool-call run through compaction/ (tests/scripted_compaction.py)",
+    out = {"what": "scripted tool-call run through compaction/ (compaction/rehearsal.py)",
            "command": "python bench/compaction_profile.py" + (f" --tool-calls {args.tool_calls}"
                                                               if args.tool_calls != 1000 else ""),
            "estimate": "compaction.prompt.estimate_tokens: ceil(utf8 bytes / 3.5) + 4 per message + 8 per tool call + 3",

@@ -22,10 +22,9 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from kernels.evaluator.hostinfo import host_facts
 
-from kernels.evaluator.hostinfo import host_facts  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def median_ms(fn, reps: int = 20) -> float:

@@ -13,10 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kernels.evaluator.evaluate import evaluate, request_for  # noqa: E402
-from kernels.problems.spec import parse_shape  # noqa: E402
+from kernels.evaluator.evaluate import evaluate, request_for
+from kernels.problems.spec import parse_shape
 
 
 def main() -> int:

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The project's named GPU measurements, for any CUDA host with the project's dependencies installed.
 # Usage: bash bench/gpu_measurements.sh OUT_DIR MEASUREMENT [MEASUREMENT ...]   (--help: this text)
-# Each measurement writes under OUT_DIR and is bounded by `timeout` to fit a 10-minute slot, so several
-# can share one machine booking. MARATHON_GPU_SETUP, if set, is a command run first to prepare the
-# environment (e.g. installing bundled wheels on a host without network). What the committed figures
-# came from: bench/results/h200/README.md.
+# Each measurement writes under OUT_DIR and is bounded by `timeout` to under 10 minutes, so one that hangs
+# never holds the GPU for the ones after it. MARATHON_GPU_SETUP, if set, is a command run first to prepare
+# the environment (e.g. `bash .offline-bundle/install.sh` on a host without network: deploy/README.md).
+# What the committed figures came from: bench/results/h200/README.md.
 #   integrity      the whole GPU half of the hostile suite (honest controls first), then the KDA tuned
 #                  kernel against FLA's chunk_kda at the three headline shapes, in one evaluation
 #   lowp           the MLA precision-downcast hostile item alone (with the control)
@@ -52,16 +52,21 @@
 #   ncu-source-mla the MLA half of ncu-source alone
 #   examples       the README's three file problems in bf16 against eager and torch.compile, as records
 #                  (bench/kernelbench_examples.sh)
-#   confinement    bench/gpu_confinement.py: fences up, a foreign process on the GPU, a snooping candidate
+#   confinement    bench/gpu_confinement.py: fences up, a foreign process on the GPU, hostile candidates and problem files
 #   mla-regimes    MLA tuned at B in $MLA_BATCHES (default 1 4 32) x H in 16 64 128 x S in 1024 8192 65536,
 #                  one `marathon eval` per B against torch and torch.compile, each a result record
 #   mla-plans      bench/mla_decode.py plans: launch-plan variants of the tuned kernel on every regime shape
+#   mla-pick       bench/mla_decode.py pick: regime variants (PICK_SMALL, PICK_LARGE) on every regime shape and
+#                  the plan rule scored against torch.compile's recorded times; --write puts the pick's CONFIG
+#                  into tuned.py, so mla-regimes and mla-sweep after it on the same host judge the pick
+#   mla-width      bench/mla_decode.py breakdown --part width: at B=1, the cache stream and stage 1 with its
+#                  merge at grids of up to ~1,000 programs
 #   tuner-mla-state the tuner over the MLA starter's whole space through `marathon dev`, its state
 #                  directory packed as OUT_DIR/state-mla.tgz, from which `marathon report` is made anywhere
 case ${1:-} in -h|--help|"") sed -n '2,/^case /p' "$0" | sed '$d' | cut -c3-; exit 0 ;; esac
 out=${1:?output dir}; shift
 for step in "$@"; do  # refuse a misspelt name before any GPU time is spent
-  case " integrity lowp mla tuner-kda tuner-mla-all tuner-kda-all kda-shapes kda-sweep kda-scan-nt1 kda-partial mla-sweep kda-long tuner-kda-start tuner-kda-resume kda-scan-speed mla-tune mla-breakdown mla-streams ncu-source-mla examples confinement mla-regimes mla-plans tuner-mla-state kda-pick-shapes kda-forms ncu-fences ncu-source peaks ncu throughput " in *" $step "*) ;; *) echo "unknown measurement: $step (--help lists them)" >&2; exit 2 ;; esac
+  case " integrity lowp mla tuner-kda tuner-mla-all tuner-kda-all kda-shapes kda-sweep kda-scan-nt1 kda-partial mla-sweep kda-long tuner-kda-start tuner-kda-resume kda-scan-speed mla-tune mla-breakdown mla-streams ncu-source-mla examples confinement mla-regimes mla-plans mla-pick mla-width tuner-mla-state kda-pick-shapes kda-forms ncu-fences ncu-source peaks ncu throughput " in *" $step "*) ;; *) echo "unknown measurement: $step (--help lists them)" >&2; exit 2 ;; esac
 done
 if [ -n "${MARATHON_GPU_SETUP:-}" ]; then eval "$MARATHON_GPU_SETUP" || exit 1; fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -136,9 +141,9 @@ for step in "$@"; do
     examples)
       timeout 300 bash bench/kernelbench_examples.sh "$out" bfloat16 ;;
     confinement)
-      timeout 200 python3 bench/gpu_confinement.py --out "$out/gpu_confinement.figures.json"; echo "exit $?"
+      timeout 540 python3 bench/gpu_confinement.py --out "$out/gpu_confinement.figures.json"; echo "exit $?"
       python3 bench/record_verdict.py "$out/gpu_confinement.figures.json" --figures \
-        --measurement "evaluator confinement on a GPU: fences, a foreign process on the GPU, a snooping candidate" \
+        --measurement "evaluator confinement on a GPU: fences, a foreign process on the GPU, a snooping candidate, a hostile problem file and candidate, an honest file problem with baselines" \
         --command "python3 bench/gpu_confinement.py" --out "$out/gpu_confinement.json" ;;
     mla-regimes)
       for b in ${MLA_BATCHES:-1 4 32}; do
@@ -152,6 +157,12 @@ for step in "$@"; do
     mla-plans)
       timeout 500 python3 bench/mla_decode.py plans --out "$out" > "$out/mla_plans.log" 2>&1; echo "exit $?"
       tail -3 "$out/mla_plans.log" ;;
+    mla-pick)
+      timeout 250 python3 bench/mla_decode.py pick --out "$out" --write --workers 14 --reps 20 --budget-s 170 \
+        > "$out/mla_pick.log" 2>&1; echo "exit $?"
+      sed -n '/^pick:/,$p' "$out/mla_pick.log" ;;
+    mla-width)
+      timeout 150 python3 bench/mla_decode.py breakdown --part width --out "$out" ;;
     tuner-mla-state)
       state=/tmp/marathon-state-mla
       python3 marathon.py dev --state-dir "$state" --gpus auto > "$out/dev_mla.log" 2>&1 & dev=$!

@@ -28,15 +28,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from kernels.evaluator.evaluate import EvalRequest
+from kernels.problems.spec import get_problem, resolve_kernel
+from kernels.evaluator.verdict import Verdict
 
-from kernels.evaluator.evaluate import EvalRequest  # noqa: E402
-from kernels.problems.spec import get_problem, resolve_kernel  # noqa: E402
-from kernels.evaluator.verdict import Verdict  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 HOSTILE = ROOT / "tests" / "hostile"
 BYPASS = {"MARATHON_UNSAFE_SKIP_POLICY": "1"}
+FENCE_ONLY = {**BYPASS, "MARATHON_SANDBOX_SEAL": "0"}  # a fence or the watchdog alone: the seal would end it first
 MLA_SMALL = [{"B": 1, "H": 16, "S": 1024}]
 KDA_SMALL = [{"B": 1, "T": 256, "H": 2, "K": 64, "V": 64}]
 MLA_LONG = [{"B": 1, "H": 16, "S": 8192}]
@@ -65,10 +65,18 @@ HOSTILE_ITEMS = [
     item("mla_uninit_accumulator", "incorrect", "depends on uninitialised memory"),
     item("mla_writes_nothing", "incorrect", "NaN or Inf"),
     item("kda_pointer_replay", "incorrect", "outputs of timed calls are re-checked", mode="full"),
-    item("mla_thread_hidden", "rejected", "left threads running", env=BYPASS),
-    item("mla_fork_bomb", "crashed", "Resource temporarily unavailable", env=BYPASS),
-    item("mla_network", "crashed", "network unreachable", env=BYPASS),
-    item("mla_torch_fallback_try", "rejected", "torch computed part of the answer"),
+    item("mla_thread_hidden", "rejected", "left threads running", env=FENCE_ONLY),
+    item("mla_fork_bomb", "crashed", "Resource temporarily unavailable", env=FENCE_ONLY),
+    item("mla_network", "crashed", "network unreachable", env=FENCE_ONLY),
+    # past the policy, with the seal on: the run-time layer on a GPU
+    item("mla_l2_persist_window", "rejected", "import of", env=BYPASS),
+    item("mla_escape_ctypes", "rejected", "on ctypes.dlopen", env=BYPASS),
+    item("mla_escape_pause_monitor", "rejected", "torch computed part of the answer", env=BYPASS),
+    item("mla_lazy_function_mode", "rejected", "a torch function mode is still active", env=BYPASS),
+    item("mla_skip_timed_calls", "incorrect", "outputs of timed calls are re-checked", mode="full"),
+    item("mla_escape_forge_timer", "rejected", "judge's own clock", mode="full", env=BYPASS,
+         shapes=[{"B": 8, "H": 16, "S": 16384}]),
+    item("mla_torch_fallback_try", "rejected", "torch computed part of the answer", env=BYPASS),
     item("mla_cpu_memory_bomb", "crashed", "of host memory", env={"MARATHON_SANDBOX_MEMORY": str(4 * 2**30)}),
 ]
 BOMB = [item("mla_gpu_memory_bomb", "crashed", "out of memory"),

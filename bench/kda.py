@@ -33,14 +33,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from kernels.evaluator.evaluate import EvalRequest, evaluate, request_for
+from kernels.evaluator.judge import compare
+from kernels.evaluator.hostinfo import host_facts
+from kernels.problems.spec import get_problem
+from kernels.problems.tunables import read_tunables, with_config
 
-from kernels.evaluator.evaluate import EvalRequest, evaluate, request_for  # noqa: E402
-from kernels.evaluator.judge import compare  # noqa: E402
-from kernels.evaluator.hostinfo import host_facts  # noqa: E402
-from kernels.problems.spec import get_problem  # noqa: E402
-from kernels.problems.tunables import read_tunables, with_config  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PROBLEM = "kda"
 TUNED_PATH = ROOT / "kernels" / "problems" / "kda" / "tuned.py"
@@ -314,7 +313,7 @@ def eval_kernel(kernel: str, out_dir: Path, device: str, config: dict | None, ba
     first = None
     if verdict.status == "crashed" and "cudaGetDeviceCount" in (verdict.log_tail or ""):
         # the sandbox's OS fences (network namespace, Landlock, seccomp) have stopped CUDA from
-        # starting on these machines before: an evaluator problem, not the kernel's. Judge again with
+        # starting on a GPU host before: an evaluator problem, not the kernel's. Judge again with
         # them off, and keep the first verdict beside the second.
         print(f"{kernel}: the sandbox could not start CUDA; judging again with its OS fences off", flush=True)
         first = json.loads(verdict.model_dump_json())

@@ -14,12 +14,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 TUNED = ROOT / "kernels" / "problems" / "kda" / "tuned.py"
 FULL = {"B": 1, "H": 32, "K": 128, "V": 128}

@@ -2,6 +2,8 @@
 
     python bench/kda_scan_forms.py [--T 4096] [--H 2] [--out FILE]          precision (CPU)
     python bench/kda_scan_forms.py speed [--out FILE]                       speed (an H200)
+    TRITON_INTERPRET=1 python bench/kda_scan_forms.py check [--T 150 --H 2 --K 16]
+                                                                            the experiment checked (CPU)
 
 Both start from the same per-chunk quantities (chunk 64; the WY form of kernels/problems/kda/tuned.py):
 w = T diag(beta) (exp(G) K), u0 = T diag(beta) V, qg = scale exp(G) Q, kd = exp(G_last - G) K,
@@ -25,7 +27,12 @@ operands, which is what the tensor cores' fp32 accumulation approximates).
 right shapes and sizes: the shipped `_kda_scan` and `_scan_transition` below (an experiment, not
 shipped: its preparation, which must form C, D, Q' and O0, does not exist yet), each at a few
 settings, CUDA-graph replays with the L2 flushed before each. It answers how much of the scan's time
-the second dependent product costs, before anyone writes that preparation."""
+the second dependent product costs, before anyone writes that preparation.
+
+`check` prints, at a small shape, what says the experiment itself is right (tests/test_kda_scan_forms.py
+bounds it): per gate case, the error of `_scan_transition` (in Triton's interpreter, fp32 throughout) and of
+both bf16 emulations against the recurrence; and, under slow gates (the state carried across chunks), the
+transition emulation with and without the chunk decay gl, so a scan that forgets the decay shows."""
 from __future__ import annotations
 
 import argparse
@@ -38,7 +45,6 @@ import triton
 import triton.language as tl
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 BT = 64
 
@@ -214,20 +220,51 @@ def rel(out, ref) -> float:
     return compare(out, ref)[0]
 
 
+def check(T: int, H: int, K: int) -> list[dict]:
+    from kernels.problems.kda.reference import make_inputs
+    shape = {"B": 1, "T": T, "H": H, "K": K, "V": K}
+    rows = []
+    for seed, case in ((0, "logsigmoid"), (1, "constant"), (2, "uniform"), (0, "slow")):
+        x = make_inputs(shape, seed, "cpu", torch.float32)
+        q, k, v, beta = (x[n][0].double() for n in ("q", "k", "v", "beta"))
+        if case == "slow":  # the generator's gates barely carry the state across chunks; these do
+            g = -0.02 * torch.rand(q.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        else:
+            g = x["g"][0].double()
+        ref = recurrence(q, k, v, g, beta, x["scale"])
+        terms = chunk_terms(q, k, v, g, beta, x["scale"])
+        if case == "slow":
+            w, u0, qg, kd, M, gl, n = terms
+            row = {"rel_err_transition": rel(scan_transition(*terms), ref),
+                   "rel_err_transition_without_decay": rel(scan_transition(w, u0, qg, kd, M, torch.ones_like(gl), n),
+                                                           ref)}
+        else:
+            row = {"rel_err_triton_fp32": rel(scan_transition_triton(*terms).double(), ref),
+                   "rel_err_wy": rel(scan_wy(*terms), ref), "rel_err_transition": rel(scan_transition(*terms), ref)}
+        rows.append({"gates": case, "seed": seed, **row})
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", nargs="?", default="precision", choices=("precision", "speed"))
-    ap.add_argument("--T", type=int, default=4096)
+    ap.add_argument("mode", nargs="?", default="precision", choices=("precision", "speed", "check"))
+    ap.add_argument("--T", type=int, default=None, help="precision: 4096; check: 150")
     ap.add_argument("--H", type=int, default=2)
+    ap.add_argument("--K", type=int, default=None, help="K = V; precision: 128; check: 16")
     ap.add_argument("--out", default=None, help="default: .marathon/bench/kda_scan_forms.json or kda_scan_speed.json")
     args = ap.parse_args()
     results = ROOT / ".marathon" / "bench"
     if args.mode == "speed":
         speed(Path(args.out or results / "kda_scan_speed.json"))
         return 0
+    if args.mode == "check":
+        for row in check(args.T or 150, args.H, args.K or 16):
+            print(json.dumps(row), flush=True)
+        return 0
+    args.T, args.K = args.T or 4096, args.K or 128
     args.out = args.out or str(results / "kda_scan_forms.json")
     from kernels.problems.kda.reference import make_inputs
-    shape = {"B": 1, "T": args.T, "H": args.H, "K": 128, "V": 128}
+    shape = {"B": 1, "T": args.T, "H": args.H, "K": args.K, "V": args.K}
     rows = []
     for seed, case in ((0, "logsigmoid"), (1, "constant"), (2, "uniform"), (0, "slow")):
         x = make_inputs(shape, seed, "cpu", torch.bfloat16)

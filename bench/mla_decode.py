@@ -8,6 +8,8 @@
                                      # stage 1 alone, merge alone; stage 1's cache stream without its math
                                      # (STREAMS); the shipped stage 1 as S grows (SCALING_*)
     python bench/mla_decode.py plans [--out DIR]                 # PLAN_VARIANTS on every regime shape
+    python bench/mla_decode.py pick [--out DIR] [--write]        # PICK_* regime variants on every regime
+                                     # shape, then the plan rule scored against torch.compile's records
 
 `tune` imports the kernel module in this process and rewrites its CONFIG dict. Each configuration is
 checked against the fp32 reference and timed as a CUDA graph replayed after a 256 MB L2 flush (median
@@ -45,7 +47,6 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from kernels.evaluator.evaluate import EvalRequest, evaluate, request_for  # noqa: E402
 from kernels.evaluator.judge import compare  # noqa: E402
@@ -54,7 +55,7 @@ from kernels.problems.spec import get_problem  # noqa: E402
 from kernels.problems.tunables import read_tunables, with_config  # noqa: E402
 
 PROBLEM = "mla_decode"
-PEAK_HBM = 4.3e12  # bytes/s: a device-to-device copy on this workplace's H200s (kernels/evaluator/roofline.py)
+PEAK_HBM = 4.3e12  # bytes/s: a device-to-device copy measured on an H200 (kernels/evaluator/roofline.py)
 BENCH = {"B": 1, "H": 64, "S": 8192}
 EXTRA = {"B": 32, "H": 128, "S": 8192}
 SETS = {"bench": [BENCH], "extra": [EXTRA], "headline": [BENCH, EXTRA],
@@ -394,7 +395,7 @@ STREAMS = [(4, 32, 32, 4, 3), (4, 32, 64, 4, 2), (4, 64, 32, 4, 3), (1, 32, 64, 
            (1, 128, 64, 8, 2), (1, 132, 64, 4, 2), (4, 16, 32, 4, 3)]
 
 
-def stream_yardsticks(timer: "Timer", kv, device: str) -> list[dict]:
+def stream_yardsticks(timer: "Timer", kv, device: str, grids: list = STREAMS) -> list[dict]:
     """CUDA-graph time (L2 flushed) of a kernel that streams the cache exactly like stage 1 (same
     grid, tiles, warps and software pipeline) but only sums the tiles, one float out per program."""
     import torch
@@ -424,7 +425,7 @@ def stream_yardsticks(timer: "Timer", kv, device: str) -> list[dict]:
 
     S = kv.shape[1]
     rows = []
-    for n_hb, splits, block_n, warps, stages in STREAMS:
+    for n_hb, splits, block_n, warps, stages in grids:
         split_len = triton.cdiv(triton.cdiv(S, splits), block_n) * block_n
         out = torch.empty(n_hb * splits, device=kv.device, dtype=torch.float32)
         def launch(n_hb=n_hb, splits=splits, split_len=split_len, block_n=block_n, warps=warps, stages=stages, out=out):
@@ -467,12 +468,19 @@ def _split_times(mod, timer: "Timer", cfg: dict, shape: dict, inp: dict, ref, ro
                     setattr(mod, n, k)
     except Exception as exc:
         row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-    row["splits"] = mod.plan(shape["B"], shape["H"], shape["S"])[4]
-    row["workspace_mb"] = round(shape["H"] * row["splits"] * (mod.D_LATENT + 1) * 4 / 1e6, 2)
+    pre, *_, row["splits"], _ = mod.plan(shape["B"], shape["H"], shape["S"])
+    part_bytes = 2 if mod.CONFIG.get(pre + "WORKSPACE") == "input" else 4  # bf16 inputs on the GPU
+    row["workspace_mb"] = round(shape["H"] * row["splits"] * (mod.D_LATENT * part_bytes + 4) / 1e6, 2)
     return row
 
 
-BREAKDOWN_PARTS = ("streams", "configs", "scaling")
+# "width": at B=1, H=64, S=8192, the cache stream alone and stage 1 with its merge at grids of up to
+# ~1,000 programs: (head blocks, splits, BLOCK_N, warps, stages) for the stream; (stage-1 variant,
+# NUM_SPLITS) for the kernel, partial outputs in bf16. What a stage 1 that wide costs in its merge
+WIDTH_STREAMS = [(1, 1024, 8, 4, 1), (1, 256, 32, 4, 1), (1, 128, 64, 8, 1), (4, 256, 32, 4, 1), (4, 32, 32, 4, 3)]
+WIDTH_CONFIGS = [((16, 32, 4, 3), 32), ((16, 32, 4, 3), 128), ((16, 32, 4, 3), 256), ((32, 32, 8, 2), 256),
+                 ((64, 16, 8, 2), 512), ((64, 64, 8, 2), 128)]
+BREAKDOWN_PARTS = ("streams", "configs", "scaling", "width")
 
 
 def breakdown(out_dir: Path, device: str = "cuda", parts: tuple = BREAKDOWN_PARTS) -> dict:
@@ -505,7 +513,17 @@ def breakdown(out_dir: Path, device: str = "cuda", parts: tuple = BREAKDOWN_PART
         row["tiles_per_program"] = split_len // block_n
         scaling.append(row)
         print(json.dumps(row), flush=True)
-    result = {"host": host_facts(), "shape": BENCH, "rows": rows, "streams": streams, "scaling": scaling}
+    width = {"streams": stream_yardsticks(timer, inp["kv"], device, WIDTH_STREAMS) if "width" in parts else [],
+             "configs": []}
+    for variant, splits in (WIDTH_CONFIGS if "width" in parts else []):
+        cfg = {**stage1_config(base_config(), "SMALL_", variant, 1), "NUM_SPLITS": splits, "SMALL_WORKSPACE": "input"}
+        ref = ref if ref is not None else reference(**inp)
+        row = _split_times(mod, timer, cfg, BENCH, inp, ref, {"variant": list(variant),
+                                                                          "programs": BENCH["H"] // variant[0] * splits})
+        width["configs"].append(row)
+        print(json.dumps(row), flush=True)
+    result = {"host": host_facts(), "shape": BENCH, "rows": rows, "streams": streams, "scaling": scaling,
+              "width": width}
     name = "mla_decode_breakdown.json" if set(parts) == set(BREAKDOWN_PARTS) else f"mla_decode_{'_'.join(parts)}.json"
     (out_dir / name).write_text(json.dumps(result, indent=1))
     return result
@@ -565,6 +583,199 @@ def plans(out_dir: Path, device: str = "cuda") -> dict:
                          "shipped_us": base and base["graph_us"]})
     result = {"host": host_facts(), "variants": PLAN_VARIANTS, "rows": rows, "best": best}
     (out_dir / "mla_decode_plans.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+# `pick`: regime variants timed on every regime shape (each shape forced into the variant's regime),
+# then the CONFIG whose plan rule gives the best set of them, scored against torch.compile's times in
+# the committed regime records. Overrides of the shipped CONFIG's regime keys (SMALL_ or plain).
+PICK_SMALL = {
+    "shipped": {},
+    "input_ws": {"SMALL_WORKSPACE": "input"},
+    "pf2_input_ws": {"SMALL_PREFETCH": 2, "SMALL_WORKSPACE": "input"},
+    "pf2_input_ws_2_waves": {"SMALL_PREFETCH": 2, "SMALL_WORKSPACE": "input", "SMALL_SPLIT_WAVES": 2},
+    "32x64_pf2_input_ws": {"SMALL_BLOCK_H": 32, "SMALL_BLOCK_N": 64, "SMALL_num_warps": 8, "SMALL_num_stages": 2,
+                           "SMALL_PREFETCH": 2, "SMALL_WORKSPACE": "input"},
+}
+PICK_LARGE = {
+    "shipped": {},
+    "pf2": {"PREFETCH": 2},
+    "pf2_input_ws": {"PREFETCH": 2, "WORKSPACE": "input"},
+    "pf3_input_ws": {"PREFETCH": 3, "WORKSPACE": "input"},
+    "pf2_input_ws_2_waves": {"PREFETCH": 2, "WORKSPACE": "input", "SPLIT_WAVES": 2},
+    "32_rows_3_stages_pf3_input_ws": {"BLOCK_N": 32, "num_stages": 3, "PREFETCH": 3, "WORKSPACE": "input"},
+}
+# the rule's thresholds searched (each a TUNABLES value of tuned.py)
+PICK_SMALL_BELOW = (0, 2, 4, 8, 16, 32, 64, 128)
+PICK_WORK_BELOW = (0, 2**19, 2**21, 2**23, 2**25, 2**27, 2**29)
+PICK_GOAL = 1.03  # a shape counts as won when the kernel is at least this much faster than torch.compile
+PICK_CONTROL = ROOT / "kernels" / "problems" / "mla_decode" / "_tuned_control.py"  # the earlier kernel, if present
+PICK_CONTROL_SHAPES = [BENCH, {"B": 1, "H": 128, "S": 8192}, {"B": 4, "H": 128, "S": 1024},
+                       {"B": 32, "H": 128, "S": 1024}, EXTRA]
+
+
+def _forced(base: dict, regime: str, over: dict) -> dict:
+    """`base` with a variant's keys, every shape in the variant's regime."""
+    cfg = {**base, **over}
+    if regime == "small":
+        cfg.update(SMALL_BELOW=10**9, SMALL_WORK_BELOW=2**62)
+    else:
+        cfg["SMALL_BELOW"] = 0
+    return cfg
+
+
+def _load_module(path: Path | None):
+    if path is None:
+        return _load_tuned()
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("mla_control", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _warm_one(job: tuple[str | None, dict | None, dict, str]) -> str | None:
+    """In a worker process: one call of a module (the shipped file with `cfg`, or the control with its
+    own CONFIG) on a shape, which compiles its kernels into Triton's on-disk cache."""
+    path, cfg, shape, device = job
+    try:
+        import torch
+        mod = _load_module(Path(path) if path else None)
+        if cfg is not None:
+            mod.CONFIG.clear()
+            mod.CONFIG.update(cfg)
+        mod.mla_decode(**_inputs(shape, device=device))
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()  # the next job's inputs may be large; many workers share the GPU
+        return None
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+
+def _compile_refs() -> dict[str, float]:
+    """torch.compile's latency per regime shape from the committed regime records (`marathon eval`)."""
+    refs = {}
+    for path in sorted((ROOT / "bench" / "results" / "h200").glob("mla_decode_tuned_regimes_B*.json")):
+        for r in json.loads(path.read_text())["verdict"]["shapes"]:
+            tc = (r.get("baselines") or {}).get("torch_compile")
+            if tc:
+                refs[json.dumps(r["shape"], sort_keys=True)] = tc
+    return refs
+
+
+def pick(out_dir: Path, device: str = "cuda", reps: int = 20, workers: int = 14, write: bool = False,
+         budget_s: float | None = None) -> dict:
+    import multiprocessing as mp
+
+    import torch
+    from kernels.problems.mla_decode.reference import reference
+
+    t0 = time.time()
+    shapes = REGIME_SHAPES if device == "cuda" else SETS["tiny"]
+    base = base_config()
+    variants = [("small", n, o) for n, o in PICK_SMALL.items()] + [("large", n, o) for n, o in PICK_LARGE.items()]
+    control = PICK_CONTROL if PICK_CONTROL.exists() else None
+    jobs = [(None, _forced(base, reg, over), shape, device) for shape in shapes for reg, _, over in variants]
+    control_shapes = [x for x in shapes if x in PICK_CONTROL_SHAPES] if control else []
+    jobs += [(str(control), None, shape, device) for shape in control_shapes]
+    if device == "cuda":  # compile everything first, in parallel; the timing loop then finds it cached
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+            errors = [e for e in pool.map(_warm_one, jobs) if e]
+        print(f"compiled {len(jobs)} (variant, shape) jobs in {time.time() - t0:.0f} s; {len(errors)} failed: "
+              f"{sorted(set(errors))[:3]}", flush=True)
+
+    mod = _load_tuned()
+    ctl = _load_module(control) if control else None
+    timer = Timer(device, reps=reps)
+    spec = get_problem(PROBLEM)
+    limit = spec.tolerances[spec.dtypes[device]].rel
+    rows = []
+    for shape in shapes:
+        if budget_s and time.time() - t0 > budget_s:
+            break
+        inp = _inputs(shape, seed=1, device=device)
+        ref = reference(**inp)
+        runs = [(reg, name, mod, _forced(base, reg, over)) for reg, name, over in variants]
+        if shape in control_shapes:
+            runs.append(("control", "control", ctl, None))
+        for reg, name, m, cfg in runs:
+            if budget_s and time.time() - t0 > budget_s:  # the rule search skips what is left untimed
+                break
+            if cfg is not None:
+                m.CONFIG.clear()
+                m.CONFIG.update(cfg)
+            row = {"shape": shape, "regime": reg, "variant": name}
+            try:
+                row["plan"] = list(m.plan(shape["B"], shape["H"], shape["S"]))
+                out = m.mla_decode(**inp).float()
+                row["rel_err"] = compare(out, ref)[0]
+                row["correct"] = bool(torch.isfinite(out).all()) and row["rel_err"] <= limit
+                row["graph_us"] = round(timer.graph_us(lambda: m.mla_decode(**inp)), 2)
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        del inp, ref
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+    # the rule: every (SMALL_BELOW, SMALL_WORK_BELOW, small variant, large variant), each shape's time
+    # looked up from the plan that CONFIG gives it
+    times = {(r["regime"], r["variant"], json.dumps(r["shape"], sort_keys=True)): r["graph_us"]
+             for r in rows if r.get("correct")}
+    refs = _compile_refs()
+    scored = []
+    for sb, wb, (sn, so), (ln, lo) in itertools.product(PICK_SMALL_BELOW, PICK_WORK_BELOW, PICK_SMALL.items(),
+                                                        PICK_LARGE.items()):
+        cfg = {**base, **so, **lo, "SMALL_BELOW": sb, "SMALL_WORK_BELOW": wb}
+        mod.CONFIG.clear()
+        mod.CONFIG.update(cfg)
+        per = []
+        for shape in shapes:
+            key = json.dumps(shape, sort_keys=True)
+            reg = "small" if mod.plan(shape["B"], shape["H"], shape["S"])[0] == "SMALL_" else "large"
+            t = times.get((reg, sn if reg == "small" else ln, key))
+            per.append((shape, reg, t, refs.get(key, t) if t else None))
+        if any(t is None for _, _, t, _ in per):
+            continue
+        speedups = [tc / t for _, _, t, tc in per]
+        won = sum(x >= PICK_GOAL for x in speedups)
+        geo = math.prod(speedups) ** (1 / len(speedups))
+        scored.append({"config": cfg, "small": sn, "large": ln, "won": won, "geomean_speedup": geo,
+                       "per_shape": [{"shape": s, "regime": reg, "graph_us": t, "torch_compile_us": tc,
+                                      "speedup": round(tc / t, 3)} for s, reg, t, tc in per]})
+    scored.sort(key=lambda x: (-x["won"], -x["geomean_speedup"]))
+    best = scored[0] if scored else None
+    mod.CONFIG.clear()
+    mod.CONFIG.update(base)
+
+    # where the B=1 time goes, for the pick and the control: whole call, stage 1 alone, merge alone
+    split = {}
+    if best is not None and device == "cuda":
+        inp = _inputs(BENCH, seed=1, device=device)
+        ref = reference(**inp)
+        split["pick"] = _split_times(mod, timer, best["config"], BENCH, inp, ref, {})
+        if ctl:
+            split["control"] = _split_times(ctl, timer, dict(ctl.CONFIG), BENCH, inp, ref, {})
+        mod.CONFIG.clear()
+        mod.CONFIG.update(base)
+    result = {"host": host_facts(), "reps": reps, "goal": PICK_GOAL, "small_variants": PICK_SMALL,
+              "large_variants": PICK_LARGE, "rows": rows, "best": best, "leaders": [
+                  {k: v for k, v in x.items() if k != "per_shape"} for x in scored[:10]],
+              "bench_split": split, "elapsed_s": round(time.time() - t0, 1)}
+    (out_dir / "mla_decode_pick.json").write_text(json.dumps(result, indent=1))
+    if best is not None:
+        print(f"pick: small {best['small']}, large {best['large']}, SMALL_BELOW {best['config']['SMALL_BELOW']}, "
+              f"SMALL_WORK_BELOW {best['config']['SMALL_WORK_BELOW']}: {best['won']} of {len(shapes)} shapes at "
+              f">= {PICK_GOAL}x the recorded torch.compile, geomean {best['geomean_speedup']:.3f}x", flush=True)
+        for x in best["per_shape"]:
+            s = x["shape"]
+            print(f"  B={s['B']:<3} H={s['H']:<4} S={s['S']:<6} {x['regime']:<6} {x['graph_us']:9.2f} us  "
+                  f"torch.compile {x['torch_compile_us']:9.2f}  {x['speedup']:.2f}x", flush=True)
+        print("bench split:", json.dumps(split), flush=True)
+        if write:  # the shipped file with the picked CONFIG, as `marathon eval` then judges it
+            TUNED_PATH.write_text(with_config(TUNED_PATH.read_text(), best["config"]))
     return result
 
 
@@ -645,7 +856,7 @@ def summarize(records: list[dict], tune_result: dict | None, out_dir: Path, show
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=("tune", "eval", "all", "study", "breakdown", "plans"))
+    ap.add_argument("mode", choices=("tune", "eval", "all", "study", "breakdown", "plans", "pick"))
     ap.add_argument("--flush", default="read", choices=("read", "write"),
                     help="tune: the L2 flush before each timed replay (kernels/evaluator/timing.py L2Flush)")
     ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench"))
@@ -659,15 +870,19 @@ def main() -> int:
     ap.add_argument("--no-baselines-set", action="append", default=[], metavar="SET",
                     help="eval: skip the baselines for this shape set's evaluations (repeatable)")
     ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=20, help="pick: timed replays per (variant, shape)")
+    ap.add_argument("--write", action="store_true", help="pick: rewrite tuned.py's CONFIG with the pick")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="cpu: a dry run of the script itself in the Triton interpreter")
     ap.add_argument("--limit", type=int, default=None, help="tune: only the first N stage-1 variants")
     ap.add_argument("--finalists", type=int, default=2, help="tune: leaders per regime combined in phase 2")
-    ap.add_argument("--budget-s", type=float, default=None, help="all: stop starting new steps after this")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="all: stop starting new steps after this; pick: stop timing after this")
     ap.add_argument("--timeout", type=float, default=300.0, help="eval: the candidate's wall-clock limit")
     ap.add_argument("--part", action="append", choices=BREAKDOWN_PARTS, default=None,
                     help="breakdown: only these parts (streams: the cache stream without the math; configs: "
-                         "BREAKDOWN; scaling: the shipped stage 1 as S grows); default all")
+                         "BREAKDOWN; scaling: the shipped stage 1 as S grows; width: the stream and stage 1 "
+                         "with its merge at up to ~1,000 programs); default all")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -683,6 +898,8 @@ def main() -> int:
     if args.mode == "plans":
         plans(out_dir, args.device)
         return 0
+    if args.mode == "pick":
+        return 0 if pick(out_dir, args.device, args.reps, args.workers, args.write, args.budget_s)["best"] else 1
     if args.mode == "breakdown":
         breakdown(out_dir, args.device, tuple(args.part or BREAKDOWN_PARTS))
         return 0

@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 # the shipped tuned kernels' Triton kernels, as the evaluator names those of a candidate
 TUNED_KERNELS = [f"candidate.{name}" for name in ("_mla_split_kernel", "_mla_merge_kernel", "_kda_prep", "_kda_scan")]

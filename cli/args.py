@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 
 from kernels.problems.spec import PROBLEM_NAMES, parse_shape, resolve_problem
+from workflows import limits as L
+from workflows.names import GPU_TASK_QUEUE
 
 SERVER_WAIT_S = 600.0  # a restart of `marathon dev` takes seconds, a machine's reboot minutes
-TASK_QUEUE, GPU_TASK_QUEUE = "marathon", "marathon-gpu"  # workflows/names.py (not imported: eval stays light)
 
 
 class Parser(argparse.ArgumentParser):
@@ -35,8 +36,31 @@ def _number(kind: type, low: float, high: float | None = None, *, strict: bool =
     return parse
 
 
-POSITIVE, COUNT = _number(float, 0, strict=True), _number(int, 1)
 PORT = _number(int, 1, 65535)
+# the bounds of workflows/limits.py, the same the workflow checks its input against
+HOURS = _number(float, 0, L.MAX_HOURS, strict=True)
+SECONDS = _number(float, 0, L.MAX_TIMEOUT_S, strict=True)
+TOOL_CALLS = _number(int, 1, L.MAX_TOOL_CALLS)
+SPEEDUP = _number(float, 0, L.MAX_SPEEDUP, strict=True)
+TURNS = _number(int, 1, L.MAX_TURNS)
+TOKENS = _number(int, 1, L.MAX_TOKENS)
+REPLY_TOKENS = _number(int, 1, L.MAX_REPLY_TOKENS)
+PARALLEL = _number(int, 1, L.MAX_PARALLEL)
+AGENTS = _number(int, 1, L.MAX_AGENTS)
+SEEDS = _number(int, 1, L.MAX_SEEDS)
+REPS = _number(int, 1, L.MAX_REPS)
+
+
+def ADDRESS(text: str) -> str:
+    """An argparse type: a Temporal server's HOST:PORT (an IPv6 host in brackets), the port 1 to 65535."""
+    host, sep, port = text.rpartition(":")
+    ok_host = bool(host) and (host.startswith("[") and host.endswith("]") or all(c.isalnum() or c in "-._" for c in host))
+    if not (sep and ok_host and port.isdigit() and 1 <= int(port) <= 65535):
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (a port from 1 to 65535)")
+    return text
+
+
+ADDRESS.__name__ = "address"
 
 
 def _state_dir(path: str | None):
@@ -50,11 +74,13 @@ def _add_spec_flags(run, problem: str = "one") -> None:
     which = run.add_mutually_exclusive_group(required=True)
     if problem in ("one", "either"):
         which.add_argument("--problem", help=f"a built-in problem ({', '.join(PROBLEM_NAMES)}), its folder, or a KernelBench-format .py file")
+        which.add_argument("--task", metavar="DIR", help="a task instead of a kernel problem: a folder with task.toml "
+                           "(a test suite's time, a bundle's size, a flaky test's failure rate: README, Your own target)")
     if problem in ("suite", "either"):
         which.add_argument("--problems", metavar="DIR_OR_GLOB",
                            help="a suite: one run per KernelBench-format file (each starting from <name>_kernel.py "
                                 "beside it), as child workflows of one suite workflow")
-        run.add_argument("--hours-each", type=float, default=None, help="a suite's budget per problem (default: --hours)")
+        run.add_argument("--hours-each", type=HOURS, default=None, help="a suite's budget per problem (default: --hours)")
     run.add_argument("--kernel", default="starter", help="the starting kernel: a shipped kernel's name or a file")
     run.add_argument("--policy", choices=("llm", "tuner"), default=None,
                      help="default: llm when --model is given, otherwise tuner")
@@ -62,29 +88,39 @@ def _add_spec_flags(run, problem: str = "one") -> None:
     run.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint (vLLM, SGLang, Ollama, ...)")
     run.add_argument("--api-key-env", default="OPENAI_API_KEY",
                      help="the NAME of the environment variable (in the workers) that holds the key")
-    run.add_argument("--hours", type=POSITIVE, default=24.0)
-    run.add_argument("--max-tool-calls", type=COUNT, default=1000)
-    run.add_argument("--target-speedup", type=POSITIVE, default=None, help="stop once the best kernel reaches this")
+    run.add_argument("--max-tokens", type=REPLY_TOKENS, default=8192,
+                     help="tokens one model reply may use (the model's window must hold --context-budget plus this)")
+    run.add_argument("--tool-choice", choices=("auto", "required"), default="auto",
+                     help="required: every reply must call a tool (for small models that answer in prose)")
+    run.add_argument("--hours", type=HOURS, default=24.0)
+    run.add_argument("--max-tool-calls", type=TOOL_CALLS, default=1000)
+    run.add_argument("--target-speedup", type=SPEEDUP, default=None, help="stop once the best kernel reaches this")
     run.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     run.add_argument("--shapes", default=None, choices=("smoke", "bench", "sweep"),
                      help="default: smoke on the CPU, bench on CUDA")
     run.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE,...")
-    run.add_argument("--timeout", type=POSITIVE, default=600.0, help="wall-clock seconds for one candidate's process")
-    run.add_argument("--parallel", type=_number(int, 1, 64), default=1,
+    run.add_argument("--timeout", type=SECONDS, default=600.0, help="wall-clock seconds for one candidate's process")
+    run.add_argument("--parallel", type=PARALLEL, default=1,
                      help="tuner: configurations profiled at once, one per GPU worker (`marathon dev --gpus auto` "
                           "starts one per GPU; an embedded run has one); a suite: problems run at once")
-    run.add_argument("--agents", type=_number(int, 1, 64), default=1,
+    run.add_argument("--agents", type=AGENTS, default=1,
                      help="islands: this many agents as child workflows of the run, each with its own context and "
                           "a share of the tool calls, sharing the best kernel and the failures (the tuner splits "
                           "its space among them)")
     run.add_argument("--no-sweep-check", action="store_true",
                      help="do not test the best kernel on the problem's sweep shapes after the run (a CUDA run does)")
     run.add_argument("--hint", action="append", default=[], help="a hint for the model (repeatable)")
-    run.add_argument("--compact-every", type=COUNT, default=40, help="tool calls between compactions")
-    run.add_argument("--context-budget", type=COUNT, default=48000, help="tokens a prompt may use")
+    run.add_argument("--compact-every", type=TURNS, default=40, help="tool calls between compactions")
+    run.add_argument("--context-budget", type=TOKENS, default=48000, help="tokens a prompt may use")
     run.add_argument("--memory-from", default=None, metavar="REPORT.json",
                      help="start from the memory of an earlier run's --json report (e.g. a tuner run's)")
     run.add_argument("--gpu-task-queue", default=GPU_TASK_QUEUE)
+
+
+def _label(file_name: str) -> str:
+    """A file's name as a workflow input's name for what it held (letters, digits, _ . + -)."""
+    import re
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", file_name).lstrip(".~") or "file"
 
 
 def spec_from_args(args: argparse.Namespace):
@@ -99,29 +135,66 @@ def spec_from_args(args: argparse.Namespace):
         raise ValueError(describe_invalid(err)) from None
 
 
+def _model_settings(args: argparse.Namespace):
+    from workflows.models import ModelSettings
+    model = ModelSettings(model=args.model or "", base_url=args.base_url, api_key_env=args.api_key_env,
+                          max_tokens=args.max_tokens, tool_choice=args.tool_choice)
+    if args.policy == "llm" and not model.configured:
+        raise ValueError("--policy llm needs --model (and --base-url for a non-OpenAI endpoint)")
+    return model
+
+
+def _task_spec(args: argparse.Namespace):
+    """A task's run: the folder read here, its spec and text files carried in the input."""
+    from tasks.spec import TaskError, load_task
+    from workflows.models import Budgets, EvalSettings, RunSpec
+    try:
+        bundle = load_task(args.task)
+    except TaskError as exc:
+        raise ValueError(f"--task: {exc}") from None
+    if args.kernel != "starter":
+        raise ValueError("--kernel: a task starts from its own files (give changes to them as the task's files)")
+    if args.shape or args.shapes:
+        raise ValueError("--shape/--shapes: a task has no shapes")
+    return RunSpec(problem=bundle.spec.name, task=bundle, policy=args.policy, model=_model_settings(args),
+                   budgets=Budgets(hours=args.hours, max_tool_calls=args.max_tool_calls,
+                                   target_speedup=args.target_speedup),
+                   eval=EvalSettings(device="cpu", timeout_s=args.timeout, parallel=args.parallel, sweep_best=False),
+                   hints=list(args.hint), compact_every=args.compact_every, context_budget=args.context_budget,
+                   gpu_task_queue=args.gpu_task_queue, agents=args.agents)
+
+
 def _spec_from_args(args: argparse.Namespace):
     from pathlib import Path
 
     from kernels.problems.spec import get_problem
-    from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec
+    from workflows.models import Budgets, EvalSettings, RunSpec
 
+    if getattr(args, "task", None):
+        return _task_spec(args)
     name, problem_source = resolve_problem(args.problem)
+    if problem_source is not None:
+        name = _label(name)
     spec = get_problem(name, problem_source)
     if problem_source is not None and args.kernel == "starter":
         raise ValueError(f"--kernel: a problem file ({name}) ships no starter; give a candidate file with ModelNew")
     if problem_source is not None and args.device == "cpu" and not args.shape and args.shapes is None:
         spec.shapes("smoke")  # says that the file's own sizes are too large for the interpreter
+    # the workflow input carries a kernel of the user's as its text, labelled with its file's name: the
+    # workers read no file an input names
     kernel, source = args.kernel, None
     if kernel not in spec.shipped_kernels:
         path = Path(kernel)
         if not path.is_file():
             raise ValueError(f"--kernel {kernel!r} is neither a file nor a shipped kernel of {args.problem} "
                              f"({', '.join(spec.shipped_kernels)})")
-        source = path.read_text()
-    model = ModelSettings(model=args.model or "", base_url=args.base_url, api_key_env=args.api_key_env)
+        try:
+            source = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--kernel {kernel!r}: cannot read it ({exc})") from None
+        kernel = _label(path.name)
+    model = _model_settings(args)
     policy = args.policy
-    if policy == "llm" and not model.configured:
-        raise ValueError("--policy llm needs --model (and --base-url for a non-OpenAI endpoint)")
     memory = None
     if args.memory_from:
         from compaction.memory import Memory
@@ -130,8 +203,7 @@ def _spec_from_args(args: argparse.Namespace):
         if report.memory is None:
             raise ValueError(f"{args.memory_from} holds no memory")
         memory = Memory.model_validate(report.memory.model_dump())
-    return RunSpec(problem=name, problem_source=problem_source, kernel=kernel if source is None else str(kernel),
-                   source=source,
+    return RunSpec(problem=name, problem_source=problem_source, kernel=kernel, source=source,
                    policy=policy, model=model, memory=memory,
                    budgets=Budgets(hours=args.hours, max_tool_calls=args.max_tool_calls,
                                    target_speedup=args.target_speedup),

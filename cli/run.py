@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import POSITIVE, SERVER_WAIT_S, TASK_QUEUE, _add_spec_flags, _state_dir, spec_from_args
+from cli.args import ADDRESS, SECONDS, SERVER_WAIT_S, _add_spec_flags, _state_dir, spec_from_args
 from cli.server import ServerGone, while_server_up, why
-from cli.tables import run_report_table
+from cli.tables import CPU_LINE, progress_line, run_report_table
 from kernels.problems.spec import ShapeError
+from workflows.names import TASK_QUEUE
 
 
 async def _pause(stop, seconds: float) -> None:
@@ -26,9 +27,11 @@ async def _follow(client, workflow_id: str, out, stop) -> None:
     import time
     from datetime import datetime, timezone
 
-    from workflows.models import RunStatus
+    from workflows.models import BestReport, RunStatus
 
     seen: list[str] = []
+    best_of: int | None = None  # the attempt whose verdict `best_verdict` is
+    best_verdict = None
     last_line = 0.0
     started = time.monotonic()
     warned = False
@@ -52,12 +55,20 @@ async def _follow(client, workflow_id: str, out, stop) -> None:
         for line in new_lines:
             print(f"  {line}", file=out, flush=True)
         seen = new
+        if st.best_attempt is not None and st.best_attempt != best_of:  # a new best: is it timed on a CPU?
+            try:
+                best = await handle.query("best", result_type=BestReport | None)
+            except Exception:  # asked again at the next round
+                best = None
+            if best is not None:
+                if best_verdict is None and not best.verdict.timing_meaningful:
+                    print(f"  {CPU_LINE}", file=out, flush=True)  # once, when the first time is known
+                best_of, best_verdict = best.attempt, best.verdict
         now = time.monotonic()
         if now - last_line > (10 if st.fault else 30):  # a fault is news: said more often, with its age
-            best = f"{st.best_speedup:.3f}x @ {st.best_attempt}" if st.best_speedup is not None else "none yet"
             failing = f"; failing: {st.fault.line(datetime.now(timezone.utc))}" if st.fault else ""
-            print(f"[{st.tool_calls}/{st.tool_calls_budget} tool calls, {st.hours_used:.2f}/{st.hours_budget:g} h, "
-                  f"best {best}] {st.step}{failing}", file=out, flush=True)
+            print(progress_line(st, best_verdict if best_of == st.best_attempt else None, failing), file=out,
+                  flush=True)
             last_line = now
         if st.phase == "finished":
             return
@@ -105,6 +116,7 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
 
     import worker
     from activities.artifacts import ArtifactStore
+    from reports.runs import STARTED_BY, caller
     from workflows import names
     from workflows.models import RunReport
 
@@ -135,7 +147,7 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
         try:
             try:
                 await client.start_workflow(names.WORKFLOW_TYPE, spec, id=workflow_id, task_queue=args.task_queue,
-                                            result_type=RunReport)
+                                            result_type=RunReport, memo={STARTED_BY: caller()})
             except WorkflowAlreadyStartedError:
                 print(f"marathon run: a run with workflow id {workflow_id!r} is already going on {address}",
                       file=sys.stderr)
@@ -264,7 +276,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def add_run_parser(sub) -> None:
     run = sub.add_parser("run", help="start an optimization run and follow it to its report")
     _add_spec_flags(run)
-    run.add_argument("--address", default=None,
+    run.add_argument("--address", type=ADDRESS, default=None,
                      help="a Temporal server whose workers run it (e.g. `marathon dev`); default: an embedded one")
     run.add_argument("--namespace", default="default")
     run.add_argument("--task-queue", default=TASK_QUEUE)
@@ -273,7 +285,7 @@ def add_run_parser(sub) -> None:
     run.add_argument("--artifacts", default=None, help="artifact store of the embedded worker (default: STATE/artifacts)")
     run.add_argument("--detach", action="store_true", help="start it and print its workflow id (needs --address)")
     run.add_argument("--json", action="store_true", help="print the final report as one JSON object")
-    run.add_argument("--server-wait", type=POSITIVE, default=SERVER_WAIT_S, metavar="SECONDS",
+    run.add_argument("--server-wait", type=SECONDS, default=SERVER_WAIT_S, metavar="SECONDS",
                      help=f"how long to wait for a server (--address) that is restarting (default {SERVER_WAIT_S:g})")
     run.set_defaults(func=cmd_run)
 
@@ -282,9 +294,9 @@ def add_follow_parser(sub) -> None:
     fol = sub.add_parser("follow", help="follow a run already started (after --detach, or after a restart of the "
                                         "server and workers) to its report")
     fol.add_argument("--workflow-id", required=True)
-    fol.add_argument("--address", default="localhost:7233")
+    fol.add_argument("--address", type=ADDRESS, default="localhost:7233")
     fol.add_argument("--namespace", default="default")
     fol.add_argument("--json", action="store_true", help="print the final report as one JSON object")
-    fol.add_argument("--server-wait", type=POSITIVE, default=SERVER_WAIT_S, metavar="SECONDS",
+    fol.add_argument("--server-wait", type=SECONDS, default=SERVER_WAIT_S, metavar="SECONDS",
                      help=f"how long to wait for a server that is down or restarting (default {SERVER_WAIT_S:g})")
     fol.set_defaults(func=cmd_follow)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import TASK_QUEUE, _add_spec_flags, spec_from_args
+from cli.args import ADDRESS, _add_spec_flags, spec_from_args
 from kernels.problems.spec import ShapeError
+from workflows.names import TASK_QUEUE
 
 
 async def _schedule_async(args: argparse.Namespace, spec) -> int:
@@ -14,6 +15,7 @@ async def _schedule_async(args: argparse.Namespace, spec) -> int:
                                    ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec, ScheduleUpdate)
 
     import worker
+    from reports.runs import STARTED_BY, caller
     from workflows import names
 
     client = await worker.connect(args.address, args.namespace)
@@ -30,7 +32,8 @@ async def _schedule_async(args: argparse.Namespace, spec) -> int:
     suite = not hasattr(spec, "problem")  # a SuiteSpec (workflows/suite.py): the suite workflow
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(names.SUITE_WORKFLOW_TYPE if suite else names.WORKFLOW_TYPE, spec,
-                                           id=args.id, task_queue=args.task_queue),
+                                           id=args.id, task_queue=args.task_queue,
+                                           memo={STARTED_BY: caller()}),  # whose runs, in `marathon runs`
         spec=ScheduleSpec(cron_expressions=[args.cron]),
         # a night's run that is still going when the next one is due keeps the GPUs: skip, don't pile up
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
@@ -79,6 +82,6 @@ def add_parser(sub) -> None:
     delete = ssub.add_parser("delete", help="delete a schedule (the runs it started go on)")
     delete.add_argument("--id", required=True)
     for p in (create, listing, delete):
-        p.add_argument("--address", default="localhost:7233")
+        p.add_argument("--address", type=ADDRESS, default="localhost:7233")
         p.add_argument("--namespace", default="default")
     sched.set_defaults(func=cmd_schedule)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import TASK_QUEUE, _add_spec_flags, _state_dir, spec_from_args
+from cli.args import ADDRESS, _add_spec_flags, _state_dir, spec_from_args
 from cli.run import start
+from cli.server import why
 from cli.tables import suite_report_table
+from workflows.names import TASK_QUEUE
 
 
 def suite_spec_from_args(args: argparse.Namespace):
@@ -35,6 +37,7 @@ async def run_suite(args: argparse.Namespace, spec) -> int:
 
     import worker
     from activities.artifacts import ArtifactStore
+    from reports.runs import STARTED_BY, caller
     from workflows import names
     from workflows.suite import SuiteReport
 
@@ -51,14 +54,19 @@ async def run_suite(args: argparse.Namespace, spec) -> int:
             except ValueError as exc:
                 print(f"marathon suite: {exc}", file=sys.stderr)
                 return 2
-        client = await worker.connect(address, args.namespace)
+        try:
+            client = await worker.connect(address, args.namespace)
+        except RuntimeError as exc:
+            print(f"marathon suite: cannot reach the Temporal server at {address}: {why(exc)}", file=sys.stderr)
+            return 2
         if args.address is None:
             workers = worker.build_workers(client, task_queue=args.task_queue, gpu_task_queue=args.gpu_task_queue,
                                            store=ArtifactStore(args.artifacts or state / "artifacts"))
             worker_task = asyncio.create_task(workers.run())
         try:
             handle = await client.start_workflow(names.SUITE_WORKFLOW_TYPE, spec, id=workflow_id,
-                                                 task_queue=args.task_queue, result_type=SuiteReport)
+                                                 task_queue=args.task_queue, result_type=SuiteReport,
+                                                 memo={STARTED_BY: caller()})
             print(f"started suite {workflow_id}: {len(spec.runs)} problems, {spec.parallel} at a time, on {address}",
                   file=out, flush=True)
             if args.detach:
@@ -69,13 +77,29 @@ async def run_suite(args: argparse.Namespace, spec) -> int:
             except WorkflowFailureError as exc:
                 print(f"marathon suite: the suite failed: {exc.cause or exc}", file=sys.stderr)
                 return 1
-            print(report.model_dump_json(indent=2) if args.json else suite_report_table(report))
+            print(report.model_dump_json(indent=2) if args.json
+                  else suite_report_table(report, await stop_reasons(client, report)))
             return 0 if any(e.status == "ok" for e in report.problems) else 1
         finally:
             if workers is not None:
                 await workers.shutdown()
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(worker_task, 30)
+
+
+async def stop_reasons(client, report) -> dict[str, str]:
+    """Why each problem's run stopped (its result's stop_reason), by workflow id; a run whose result cannot
+    be read keeps the suite's own reason for it."""
+    from workflows.models import RunReport
+
+    out: dict[str, str] = {}
+    for e in report.problems:
+        try:
+            run = await client.get_workflow_handle(e.workflow_id, result_type=RunReport).result()
+            out[e.workflow_id] = run.stop_reason
+        except Exception:  # a failed run: the suite's entry says why
+            pass
+    return out
 
 
 def cmd_suite(args: argparse.Namespace) -> int:
@@ -87,7 +111,7 @@ def add_parser(sub) -> None:
     suite = sub.add_parser("suite", help="one run per problem file of a folder, as child workflows of one suite "
                                          "workflow; reports fast_p and the geometric-mean speedup")
     _add_spec_flags(suite, problem="suite")
-    for flag, kw in (("--address", {"default": None}), ("--namespace", {"default": "default"}),
+    for flag, kw in (("--address", {"type": ADDRESS, "default": None}), ("--namespace", {"default": "default"}),
                      ("--task-queue", {"default": TASK_QUEUE}), ("--workflow-id", {"default": None}),
                      ("--state-dir", {"default": None}), ("--artifacts", {"default": None}),
                      ("--detach", {"action": "store_true"}), ("--json", {"action": "store_true"})):

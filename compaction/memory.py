@@ -24,6 +24,7 @@ class Goal(BaseModel):
     baselines: list[str] = Field(default_factory=list)
     shapes: str = ""  # e.g. "bench: B=1,T=8192,H=32,K=128,V=128"
     device: str = ""
+    kind: str = "kernel"  # kernel | task (tasks/): which instructions the model gets
 
 
 class BestKernel(BaseModel):

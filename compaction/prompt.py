@@ -10,8 +10,14 @@ part that changes). `strip_figures(block)` gives back the fixed part, which is w
 Token estimate (`estimate_tokens`): for each message, 4 tokens of overhead, plus 8 per tool call,
 plus ceil(utf8_bytes / 3.5) over its text (content, name, tool_call_id, and each tool call's id,
 function name and arguments); plus 3 for the reply's priming. 3.5 bytes a token over-estimates
-English prose (about 4) and is about right for code, JSON and tracebacks; leave the model some slack
-in `context_budget` for tool schemas and the reply, or pass `reserve`.
+English prose (about 4) and is about right for code, JSON and tracebacks with large vocabularies; small
+ones count more tokens (`token_scale` corrects the budget with the server's own count); leave the model
+some slack in `context_budget` for tool schemas and the reply, or pass `reserve`.
+
+Sequence (`chat_sequence`): what strict chat templates accept: the system message first and only there,
+user and assistant turns alternating (consecutive user messages are joined), a tool result only after
+the assistant message that called it, no empty assistant message, every tool call's arguments a JSON
+object (the servers parse them).
 
 Budget (`build_messages`): never over `context_budget - reserve`. When the whole does not fit, in
 this order: drop the oldest turns (an assistant message with tool_calls and its tool results are one
@@ -54,6 +60,24 @@ do not repeat a failed approach unless you have a new reason, and build on what 
 - Older turns are not shown; the memory and the goal block below are authoritative."""
 
 
+TASK_SYSTEM_PROMPT = """\
+You are a software engineer on a long, unattended optimization run. You improve a project's files \
+against one measured figure (a test suite's time, a bundle's size, a test's failure rate), one tool call \
+at a time, for up to a day and a thousand tool calls.
+
+How to work:
+- A candidate is one text holding the files you change, each under its `### file: <path>` line. Only \
+the files the task names may change; the guard (its tests) must keep passing, and must still run every check.
+- Only candidates with an `ok` measurement count. Check the guard (check_guard), then measure \
+(measure): each measurement runs yours and the task's own files in the same call.
+- Every change is a hypothesis: say what you expect, change one thing, measure, and keep it only if \
+the measurement says so. Gaming the figure (skipping work the guard checks, special-casing the \
+measurement) is not an improvement.
+- Read the memory below before acting. It is the compacted record of everything earlier in the run: \
+do not repeat a failed approach unless you have a new reason, and build on what worked.
+- Older turns are not shown; the memory and the goal block below are authoritative."""
+
+
 class PromptBudgetError(ValueError):
     """The fixed part of the prompt (system instructions + goal block) does not fit the budget."""
 
@@ -65,7 +89,7 @@ def goal_text(goal: Goal) -> str:
     """The goal block's fixed wording: a function of the run input only."""
     lines = [
         "# Goal (fixed for the whole run)",
-        f"Problem: {goal.problem}",
+        f"{'Task' if goal.kind == 'task' else 'Problem'}: {goal.problem}",
         f"Target: {goal.target or '(none given: as fast as possible while correct)'}",
         f"Baselines: {', '.join(goal.baselines) if goal.baselines else '(none)'}",
         f"Shapes: {goal.shapes or '(the problem default)'}",
@@ -228,6 +252,21 @@ def estimate_tokens(messages: list[dict]) -> int:
     return REPLY_PRIMING + sum(message_tokens(m) for m in messages)
 
 
+MAX_TOKEN_SCALE = 4.0  # a server counting more than this per estimated token is not believed further
+SCALE_HEADROOM = 1.1  # the next prompt's mix (more code, less prose) may count this much more per estimate
+
+
+def token_scale(previous: float, counted: int, estimated: int) -> float:
+    """How many tokens the server counts per estimated one, from its count of a prompt: the most seen so
+    far, with SCALE_HEADROOM once it counted more than estimated (never below 1, at most MAX_TOKEN_SCALE).
+    Tokenizers differ: SmolLM2's makes 3.1 bytes a token of prose and 2.4 of Triton code, not 3.5, so an
+    estimate-only budget let real prompts run over it. Dividing the budget by this scale keeps the next
+    prompts within it by the server's count."""
+    if counted <= estimated or estimated <= 0:
+        return previous
+    return min(MAX_TOKEN_SCALE, max(previous, counted / estimated * SCALE_HEADROOM))
+
+
 def tools_tokens(tools: list[dict] | None) -> int:
     """The estimated tokens of the tool definitions sent with a request: pass it as `reserve` so the
     prompt and the tool schemas together stay within the budget."""
@@ -297,7 +336,7 @@ def build_messages(goal: Goal, figures: LiveFigures, memory: Memory, recent: lis
             f"the system instructions and goal block alone take about {fixed} tokens, more than the budget of "
             f"{budget} (context_budget {context_budget} - reserve {reserve}); raise context_budget")
 
-    groups = [[dict(m) for m in g] for g in group_turns(recent)]
+    groups = [[dict(m) for m in g] for g in group_turns(chat_sequence(recent))]
     omitted: dict[str, int] = {}
     mem = memory
     mem_msg = {"role": "user", "content": _render_memory(mem, omitted)}
@@ -371,11 +410,55 @@ def build_messages(goal: Goal, figures: LiveFigures, memory: Memory, recent: lis
         raise PromptBudgetError(
             f"the prompt cannot be brought under {budget} tokens (system + goal {fixed}, memory {mem_tokens}); "
             "raise context_budget")
-    return [system, mem_msg] + [m for g in groups for m in g]
+    return chat_sequence([system, mem_msg] + [m for g in groups for m in g])
+
+
+EMPTY_REPLY = "(an empty reply)"
+UNPARSED = "_unparsed_arguments"
+
+
+def json_arguments(arguments: Any) -> str:
+    """A tool call's arguments as a JSON object's text: as they came when they are one, else the text
+    they came as under UNPARSED. Servers parse the arguments of the calls in a prompt (llama.cpp answers
+    500 to a prompt holding a call cut off mid-JSON, on every retry)."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    try:  # strict JSON: no NaN or Infinity, which Python reads and servers do not
+        if isinstance(json.loads(text, parse_constant=_no_constant), dict):
+            return text
+    except ValueError:
+        pass
+    return json.dumps({UNPARSED: text})
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def chat_sequence(messages: list[dict]) -> list[dict]:
+    """The messages as strict chat templates accept them (several reject anything else with a 400):
+    consecutive user messages joined into one, an assistant message with neither text nor tool calls
+    given a placeholder text, and tool call arguments that are no JSON object wrapped in one
+    (`json_arguments`). None adds more than a few tokens."""
+    out: list[dict] = []
+    for m in messages:
+        if m.get("role") == "assistant" and not _text_of(m.get("content")).strip() and not m.get("tool_calls"):
+            m = dict(m, content=EMPTY_REPLY)
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            calls = [dict(c, function=dict(c.get("function") or {},
+                                           arguments=json_arguments((c.get("function") or {}).get("arguments") or "{}")))
+                     for c in m["tool_calls"]]
+            if calls != m["tool_calls"]:
+                m = dict(m, tool_calls=calls)
+        if m.get("role") == "user" and out and out[-1].get("role") == "user":
+            out[-1] = dict(out[-1], content=_text_of(out[-1].get("content")) + "\n\n" + _text_of(m.get("content")))
+            continue
+        out.append(m)
+    return out
 
 
 def system_message(goal: Goal, figures: LiveFigures, system_prompt: str | None = None) -> dict:
-    return {"role": "system", "content": (system_prompt if system_prompt is not None else DEFAULT_SYSTEM_PROMPT)
+    default = TASK_SYSTEM_PROMPT if goal.kind == "task" else DEFAULT_SYSTEM_PROMPT
+    return {"role": "system", "content": (system_prompt if system_prompt is not None else default)
             + "\n\n" + goal_block(goal, figures)}
 
 

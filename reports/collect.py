@@ -17,8 +17,11 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.artifacts import ArtifactStore
+from activities.compaction import CompactResult
 from compaction.text import one_line
-from kernels.evaluator.verdict import Verdict
+from kernels.evaluator.verdict import ShapeResult, Verdict
+from reports.fmt import worker_name
+from tasks.spec import TaskBundle
 from workflows import names
 from workflows.models import AgentLine, Attempt, BestReport, EvalResult, RunReport, RunSetup, RunSpec, RunStatus
 
@@ -44,6 +47,20 @@ class EvalPoint(BaseModel):
     roofline_pct: float | None = None
 
 
+class ShapeFigure(BaseModel):
+    """One shape of an evaluation: what the attempts table shows on hover and in its detail row."""
+    shape: str
+    correct: bool
+    latency_us: float | None = None
+    baselines: dict[str, float] = Field(default_factory=dict)  # name -> median us
+    speedups: dict[str, float] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, r: ShapeResult) -> "ShapeFigure":
+        return cls(shape=",".join(f"{k}={v}" for k, v in r.shape.items()), correct=r.correct,
+                   latency_us=r.latency_us, baselines=dict(r.baselines), speedups=dict(r.speedup))
+
+
 class AttemptRow(BaseModel):
     n: int
     origin: str
@@ -54,10 +71,11 @@ class AttemptRow(BaseModel):
     reason: str = ""
     speedup: float | None = None  # its best ok profile's
     baseline: str | None = None
-    latency_us: float | None = None
+    latency_us: float | None = None  # geometric mean over the shapes
     roofline_pct: float | None = None
     evaluations: int = 0
     hours: float | None = None  # when its last evaluation ended
+    shapes: list[ShapeFigure] = Field(default_factory=list)  # of the evaluation shown, where its history holds it
 
     @property
     def description(self) -> str:
@@ -76,6 +94,7 @@ class RunFacts(BaseModel):
     run_ids: list[str]  # every segment, first to last
     problem: str
     problem_source: str | None = None  # a KernelBench-format problem file's source
+    task: TaskBundle | None = None  # a task's run: the task as the run was given it
     policy: str
     temporal_status: str  # RUNNING, COMPLETED, FAILED, TERMINATED, ...
     finished: bool
@@ -108,8 +127,19 @@ class RunFacts(BaseModel):
     notebook: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     agents: list[AgentLine] = Field(default_factory=list)  # islands: one line per agent (a finished run's)
-    # evaluations completed by each evaluation worker ("pid@host/gpuN" for one serving one GPU), the agents' too
+    # evaluations completed by each evaluation worker, named by host and device (reports.fmt.worker_name), the agents' too
     evaluations_by_worker: dict[str, int] = Field(default_factory=dict)
+    timed: bool | None = None  # whether the run's times mean anything (a GPU's); None: nothing timed yet
+
+    @property
+    def cpu(self) -> bool:
+        """Times from the CPU's Triton interpreter: the page says so at its top, and hides what a CPU leaves empty."""
+        return self.timed is False
+
+    def fastest_attempt(self) -> AttemptRow | None:
+        """The ok attempt with the lowest latency (geometric mean over the shapes)."""
+        ok = [a for a in self.attempts if a.status == "ok" and a.latency_us is not None]
+        return min(ok, key=lambda a: (a.latency_us, a.n)) if ok else None
 
     @property
     def best_verdict(self) -> Verdict | None:
@@ -167,13 +197,14 @@ class _HistoryFacts(BaseModel):
     spec: RunSpec | None = None
     setup: RunSetup | None = None
     evals: list[tuple[datetime, int, EvalResult]] = Field(default_factory=list)  # end time, attempt, result
-    compactions: list[datetime] = Field(default_factory=list)
+    compactions: list[tuple[datetime, str]] = Field(default_factory=list)  # when, its notebook line
     hops: list[tuple[datetime, int]] = Field(default_factory=list)  # when, events in the segment
     retries: list[tuple[datetime, str]] = Field(default_factory=list)
     faults: list[tuple[datetime, str]] = Field(default_factory=list)
     notebook: list[str] = Field(default_factory=list)  # the notebook activity's summaries
     result: RunReport | None = None
     eval_workers: dict[str, int] = Field(default_factory=dict)  # evaluations completed, by the worker that ran them
+    timed: bool | None = None  # the last timed verdict's timing_meaningful
 
 
 def _sweep_check(inp: dict, spec: RunSpec | None) -> bool:
@@ -209,15 +240,22 @@ def _read_histories(segments: list[tuple[str, Any]]) -> _HistoryFacts:
                 a = ev.activity_task_completed_event_attributes
                 name, inp = scheduled.get(a.scheduled_event_id, ("?", None))
                 if name in names.EVAL_TOOLS:
-                    who = started_by.get(a.scheduled_event_id) or "?"
+                    res = EvalResult.model_validate(_payload(a.result))
+                    v = res.verdict
+                    who = worker_name(started_by.get(a.scheduled_event_id) or "?", v.device, v.gpu.name if v.gpu else "")
                     facts.eval_workers[who] = facts.eval_workers.get(who, 0) + 1
+                    if any(r.latency_us is not None for r in v.shapes):
+                        facts.timed = v.timing_meaningful
                 if name in names.EVAL_TOOLS and isinstance(inp, dict) and not _sweep_check(inp, facts.spec):
-                    facts.evals.append((_when(ev), int(inp.get("attempt", -1)),
-                                        EvalResult.model_validate(_payload(a.result))))
+                    facts.evals.append((_when(ev), int(inp.get("attempt", -1)), res))
                 elif name == names.PREPARE_RUN and facts.setup is None:
                     facts.setup = RunSetup.model_validate(_payload(a.result))
                 elif name == names.COMPACT:
-                    facts.compactions.append(_when(ev))
+                    try:
+                        line = CompactResult.model_validate(_payload(a.result)).line()
+                    except Exception:  # a result of another shape: the event stands without its line
+                        line = ""
+                    facts.compactions.append((_when(ev), line))
             elif ev.HasField("activity_task_failed_event_attributes"):
                 a = ev.activity_task_failed_event_attributes
                 name = scheduled.get(a.scheduled_event_id, ("?", None))[0]
@@ -327,12 +365,17 @@ async def collect(client: Client, workflow_id: str, store: ArtifactStore | None 
         be = a.best_eval()
         last = a.evals[-1] if a.evals else None
         shown = be or last
+        shown_k = next((k for k, d in enumerate(a.evals) if d is shown), None)
+        shown_res = (timed[offset + shown_k][1] if shown_k is not None and offset + shown_k < len(timed) else None)
+        last_res = timed[-1][1] if timed and last is not None else None
         rows.append(AttemptRow(n=a.n, origin=a.origin, parent=a.parent, tool_call=a.tool_call, config=a.config,
-                               status=a.status, reason=last.reason if last else "",
+                               status=a.status,
+                               reason=(last_res.verdict.reason if last_res is not None else last.reason if last else ""),
                                speedup=shown.speedup if shown else None, baseline=shown.baseline if shown else None,
                                latency_us=shown.latency_us if shown else None,
                                roofline_pct=shown.roofline_pct if shown else None, evaluations=len(a.evals),
-                               hours=last_hours))
+                               hours=last_hours,
+                               shapes=[ShapeFigure.of(r) for r in shown_res.verdict.shapes] if shown_res else []))
     points.sort(key=lambda p: (p.tool_call, p.attempt))
 
     best_ncu = None
@@ -358,7 +401,8 @@ async def collect(client: Client, workflow_id: str, store: ArtifactStore | None 
             pass
     return RunFacts(
         workflow_id=workflow_id, run_ids=[r for r, _ in segments], problem=spec.problem if spec else "?",
-        problem_source=spec.problem_source if spec else None, policy=policy, temporal_status=status_name,
+        problem_source=spec.problem_source if spec else None, task=spec.task if spec else None,
+        policy=policy, temporal_status=status_name,
         finished=finished, phase=status.phase if status else ("finished" if hist.result else status_name.lower()),
         step=status.step if status else "", stop_reason=stop_reason, started_at=started_at, ended_at=ended_at,
         generated_at=now, hours=hours, tool_calls=tool_calls,
@@ -372,8 +416,8 @@ async def collect(client: Client, workflow_id: str, store: ArtifactStore | None 
         best_source=_source(best.source, best.sha256, store) if best else None, best_ncu=best_ncu,
         start_source=_source(setup.start.text, setup.start.sha256, store) if setup else None,
         start_label=setup.kernel_label if setup else "",
-        compactions=[TimedEvent(hours=_hours(started_at, t), what=f"compaction {i + 1}")
-                     for i, t in enumerate(hist.compactions)],
+        compactions=[TimedEvent(hours=_hours(started_at, t), what=line or f"compaction {i + 1}")
+                     for i, (t, line) in enumerate(hist.compactions)],
         compactions_count=max(compactions_count, len(hist.compactions)),
         hops=[TimedEvent(hours=_hours(started_at, t), what=f"continue-as-new {i + 1} after a segment of {n} events")
               for i, (t, n) in enumerate(hist.hops)],
@@ -382,4 +426,5 @@ async def collect(client: Client, workflow_id: str, store: ArtifactStore | None 
         best_sweep=(f"{hist.result.best_sweep.status}: {one_line(hist.result.best_sweep.reason, 300)}"
                     if hist.result is not None and hist.result.best_sweep else None),
         notebook=notebook, notes=notes, agents=agents,
-        evaluations_by_worker=dict(sorted(by_worker.items())))
+        evaluations_by_worker=dict(sorted(by_worker.items())),
+        timed=hist.timed if hist.timed is not None else (False if spec and spec.eval.device == "cpu" else None))

@@ -8,8 +8,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FormatStrFormatter, MaxNLocator  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter, FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
+from reports import fmt  # noqa: E402
 from reports.collect import EvalPoint, RunFacts  # noqa: E402
 
 STATUS_COLOURS = {"ok": "#2e7d32", "incorrect": "#ef6c00", "compile_error": "#c62828", "timeout": "#6a1b9a",
@@ -25,7 +26,10 @@ def _png(fig) -> str:
 
 
 def metric(facts: RunFacts) -> str:
-    """What the progress plots show: the speedup where the run timed baselines, else the latency."""
+    """What the progress plots show: the speedup where the run timed baselines, else the latency; on a CPU
+    the latency, as the run ranks there (its speedups are noise)."""
+    if facts.cpu:
+        return "latency_us"
     return "speedup" if any(e.speedup is not None for e in facts.evaluations if e.status == "ok") else "latency_us"
 
 
@@ -73,15 +77,33 @@ def progress_png(facts: RunFacts) -> str | None:
         if key == "hours":
             ax.xaxis.set_major_formatter(FormatStrFormatter("%.3g"))
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("speedup vs strongest baseline (x)" if what == "speedup" else "latency (us, lower is better)")
+    axes[0].set_ylabel("speedup, worst shape vs strongest baseline" if what == "speedup"
+                       else "latency, geometric mean over shapes (lower is better)")
+    axes[0].yaxis.set_major_formatter(FuncFormatter(
+        lambda y, _: fmt.speedup(y) if what == "speedup" else fmt.duration_us(y)))
     if what == "speedup":  # room below the zero line, where the failed evaluations sit
         axes[0].set_ylim(bottom=min(0.0, floor) - 0.04 * max(ok_values))
     axes[1].legend(loc="best", fontsize=8)
     failures = any(e.status != "ok" for e in facts.evaluations)
     fig.suptitle("best " + ("speedup" if what == "speedup" else "latency") + " so far; every evaluation a point"
-                 + (" (failures on the " + ("zero line" if what == "speedup" else "top line") + ")" if failures else ""),
-                 fontsize=10)
+                 + (" (failures on the " + ("zero line" if what == "speedup" else "top line") + ")" if failures else "")
+                 + ("\nCPU interpreter times: noise, not a speed" if facts.cpu else ""),
+                 fontsize=10, color="#bf360c" if facts.cpu else "black")
     return _png(fig)
+
+
+def shape_series(facts: RunFacts) -> list[tuple[str, str, object]]:
+    """The bars of the per-shape plot: (label, colour, value of a shape's result). The roofline floor only
+    where the verdict has one (a GPU's): a legend entry without bars says nothing."""
+    v = facts.best_verdict
+    rows = [r for r in v.shapes if r.latency_us] if v else []
+    names = sorted({b for r in rows for b in r.baselines})
+    series = [("best kernel", "#0d47a1", lambda r: r.latency_us)]
+    series += [(b, c, (lambda r, b=b: r.baselines.get(b)))
+               for b, c in zip(names, ["#ef6c00", "#6a1b9a", "#00838f", "#ad1457", "#558b2f"])]
+    if any(r.floor_us for r in rows):
+        series.append(("roofline floor", "#9e9e9e", lambda r: r.floor_us))
+    return series
 
 
 def shapes_png(facts: RunFacts) -> str | None:
@@ -91,11 +113,7 @@ def shapes_png(facts: RunFacts) -> str | None:
         return None
     rows = [r for r in v.shapes if r.latency_us]
     fig, ax = plt.subplots(figsize=(11, 0.9 + 0.9 * len(rows)))
-    names = sorted({b for r in rows for b in r.baselines})
-    series = [("best kernel", "#0d47a1", lambda r: r.latency_us)]
-    series += [(b, c, (lambda r, b=b: r.baselines.get(b)))
-               for b, c in zip(names, ["#ef6c00", "#6a1b9a", "#00838f", "#ad1457", "#558b2f"])]
-    series.append(("roofline floor", "#9e9e9e", lambda r: r.floor_us))
+    series = shape_series(facts)
     height = 0.8 / len(series)
     for i, (label, colour, get) in enumerate(series):
         ys = [j + i * height for j in range(len(rows))]
@@ -105,7 +123,12 @@ def shapes_png(facts: RunFacts) -> str | None:
     ax.set_yticklabels([",".join(f"{k}={x}" for k, x in r.shape.items()) for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlabel("latency (us, log scale)" + ("" if v.timing_meaningful else "; CPU interpreter: not meaningful"))
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: fmt.duration_us(x)))  # µs and ms, not 10^3
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("latency, median of the timed calls (log scale)"
+                  + ("" if v.timing_meaningful else "; CPU interpreter times: noise, not a speed"),
+                  color="black" if v.timing_meaningful else "#bf360c")
     ax.legend(loc="best", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     return _png(fig)

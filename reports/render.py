@@ -22,6 +22,7 @@ from pathlib import Path
 
 import jinja2
 
+from reports import fmt
 from reports.collect import RunFacts
 from reports.local import safe_name
 from reports.plots import STATUS_COLOURS, metric, progress_png, shapes_png
@@ -42,7 +43,9 @@ def problem_file(facts: RunFacts) -> str:
 
 def judge_command(facts: RunFacts) -> str:
     """The command that judges best_kernel.py again, run from the report folder: same problem, device
-    and shapes as the run's verdict."""
+    and shapes as the run's verdict. A task's: best.patch measured again against the task's folder."""
+    if facts.task is not None:
+        return f"marathon eval --task TASK_FOLDER --patch best.patch   (TASK_FOLDER: the folder of task {facts.task.spec.name})"
     v = facts.best_verdict
     problem = problem_file(facts) if facts.problem_source else facts.problem
     parts = ["marathon", "eval", "--problem", problem, "--kernel", "best_kernel.py"]
@@ -55,6 +58,16 @@ def judge_command(facts: RunFacts) -> str:
     return " ".join(parts)
 
 
+def task_patch(facts: RunFacts) -> str:
+    """The best attempt of a task's run as a diff of the task's files (`git apply` or `patch -p1` in the
+    task's folder), or a note when its text is not a set of files the task lets change."""
+    from tasks import document
+    try:
+        return document.patch(facts.task, document.candidate_files(facts.task, facts.best_source))
+    except document.DocumentError as exc:
+        return f"# the best attempt's text is not a patch of the task: {exc}\n"
+
+
 def kernel_header(facts: RunFacts) -> str:
     b, v = facts.best, facts.best_verdict
     assert b is not None and v is not None
@@ -62,13 +75,13 @@ def kernel_header(facts: RunFacts) -> str:
              f"problem: {facts.problem}" + (f" ({facts.start_label} start)" if facts.start_label else ""),
              f"verdict: {v.status} on {v.device}" + (f", dtype {v.dtype}" if v.dtype else "") + f": {v.reason}"]
     for r in v.shapes:
-        sp = ", ".join(f"{k} {x:.3f}x" for k, x in r.speedup.items()) or "no baseline timed"
-        lat = f"{r.latency_us:.2f} us" if r.latency_us is not None else "untimed"
+        sp = ", ".join(f"{k} {fmt.speedup(x)}" for k, x in r.speedup.items()) or "no baseline timed"
+        lat = fmt.duration_us(r.latency_us) if r.latency_us is not None else "untimed"
         lines.append(f"  shape {fmt_shape(r.shape)}: {lat}; speedup {sp}")
     if b.speedup is not None:
-        lines.append(f"headline speedup (worst shape, strongest baseline): {b.speedup:.4f}x")
+        lines.append(f"headline speedup (worst shape, strongest baseline): {fmt.speedup(b.speedup)}")
     if not v.timing_meaningful:
-        lines.append("times from the CPU's Triton interpreter: not meaningful as performance")
+        lines.append(fmt.CPU_TIMES)
     gpu = f"{v.gpu.name}, driver {v.gpu.driver}" if v.gpu else "none (CPU)"
     lines += [f"GPU: {gpu}; torch {v.versions.get('torch', '?')}, triton {v.versions.get('triton', '?')}",
               f"date: {facts.ended_at or facts.generated_at:%Y-%m-%d %H:%M UTC}; workflow {facts.workflow_id}",
@@ -99,6 +112,19 @@ def attempts_csv(facts: RunFacts) -> str:
     return buf.getvalue()
 
 
+def best_rule(facts: RunFacts) -> str:
+    """On a CPU, how the best was chosen, from what the run measured: the lowest interpreter time, or
+    else the speedup, whose ranking is noise there. Empty on a GPU."""
+    b = facts.best
+    if b is None or not facts.cpu:
+        return ""
+    fastest = facts.fastest_attempt()
+    if fastest is None or fastest.n == b.attempt:
+        return "the correct kernel with the lowest interpreter time"
+    return (f"chosen by its speedup, noise on a CPU (attempt {fastest.n} had the lowest interpreter time, "
+            f"{fmt.duration_us(fastest.latency_us)})")
+
+
 def outcome(facts: RunFacts) -> str:
     """The run's outcome in one sentence: what the top of every output says."""
     step = f": {facts.step}" if facts.step and facts.step != facts.phase else ""
@@ -112,23 +138,70 @@ def outcome(facts: RunFacts) -> str:
         best = f"no kernel passed: {every} failed ({counts})" if evals else "no kernel evaluated yet"
     else:
         b = facts.best
-        best = (f"best: attempt {b.attempt} at {b.speedup:.4g}x against {facts.best_baseline_name()}"
-                if b.speedup is not None else f"best: attempt {b.attempt} (no baseline timed)")
+        row = next((a for a in facts.attempts if a.n == b.attempt), None)
+        if facts.cpu:
+            lat = (f" ({fmt.duration_us(row.latency_us)} in the CPU's interpreter, geometric mean over "
+                   f"{len(b.verdict.shapes)} shapes)" if row and row.latency_us else "")
+            best = f"best: attempt {b.attempt}{lat}, {best_rule(facts)}"
+        elif b.speedup is not None and b.verdict.metric is not None:
+            best = (f"best: attempt {b.attempt} at {fmt.speedup(b.speedup)} better than the task's own files "
+                    f"({b.verdict.metric.name}: {b.verdict.metric.value:.4g}{' ' + b.verdict.metric.unit if b.verdict.metric.unit else ''} "
+                    f"against {b.verdict.metric.baseline:.4g})")
+        elif b.speedup is not None:
+            best = (f"best: attempt {b.attempt} at {fmt.speedup(b.speedup)} against {facts.best_baseline_name()} "
+                    f"(its worst shape, against the strongest baseline)")
+        else:
+            best = f"best: attempt {b.attempt} (no baseline timed)"
     why = f" ({facts.stop_reason})" if facts.stop_reason else ""
     return f"{facts.problem}, {facts.policy} policy: {state}{why}; {best}"
 
 
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape(["html"]),
+    # report.html.j2 escaped: reasons, notebook lines and kernel sources are the candidate's text
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
+                             autoescape=jinja2.select_autoescape(["html", "html.j2"]),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["shape"] = fmt_shape
     env.filters["num"] = lambda x, f=".3g": "" if x is None else format(x, f)
+    env.filters["dur"] = fmt.duration_us
+    env.filters["x"] = fmt.speedup
     return env
 
 
+def shape_title(a) -> str:
+    """An attempt's per-shape latencies, for the hover text of its latency."""
+    return "; ".join(f"{s.shape}: {fmt.duration_us(s.latency_us) or 'untimed'}"
+                     + "".join(f", {k} {fmt.duration_us(us)}" for k, us in sorted(s.baselines.items()))
+                     for s in a.shapes)
+
+
+SPREAD_WORTH_SAYING = 1.2  # a baseline reused from the worker's cache reads the same each time
+
+
+def baseline_spread(facts: RunFacts) -> str:
+    """How far apart one baseline's readings of one shape were across the run's evaluations (its widest):
+    on a CPU, the page shows the noise it warns of with the run's own figures."""
+    seen: dict[tuple[str, str], list[float]] = {}
+    for a in facts.attempts:
+        for s in a.shapes:
+            for k, us in s.baselines.items():
+                seen.setdefault((k, s.shape), []).append(us)
+    spread = [(max(v) / min(v), k, shape, min(v), max(v)) for (k, shape), v in seen.items() if len(v) > 1 and min(v) > 0]
+    if not spread or max(spread)[0] < SPREAD_WORTH_SAYING:
+        return ""
+    _, k, shape, low, high = max(spread)
+    return f"{k} on {shape} read from {fmt.duration_us(low)} to {fmt.duration_us(high)} across this run's evaluations"
+
+
 def _context(facts: RunFacts) -> dict:
+    v = facts.best_verdict
+    floors = bool(v and any(r.floor_us is not None for r in v.shapes))
+    rooflines = bool(v and any(r.roofline_pct is not None for r in v.shapes))
     return {"f": facts, "outcome": outcome(facts), "diff": kernel_diff(facts), "judge": judge_command(facts),
-            "colours": STATUS_COLOURS, "metric": metric(facts), "counts": facts.status_counts()}
+            "colours": STATUS_COLOURS, "metric": metric(facts), "counts": facts.status_counts(),
+            "cpu_times": fmt.CPU_TIMES, "best_rule": best_rule(facts), "spread": baseline_spread(facts),
+            "floors": floors, "rooflines": rooflines,
+            "shape_title": shape_title, "shape_count": len(facts.shapes) or (len(v.shapes) if v else 0)}
 
 
 def render_html(facts: RunFacts) -> str:
@@ -168,7 +241,9 @@ def write_report(facts: RunFacts, out: Path) -> Path:
                  MARKER: facts.workflow_id + "\n"}
         if facts.best is not None:
             files["best_verdict.json"] = facts.best.verdict.model_dump_json(indent=2) + "\n"
-            if facts.best_source is not None:
+            if facts.best_source is not None and facts.task is not None:
+                files["best.patch"] = task_patch(facts)
+            elif facts.best_source is not None:
                 files["best_kernel.py"] = kernel_header(facts) + facts.best_source
         if facts.problem_source:
             files[problem_file(facts)] = facts.problem_source

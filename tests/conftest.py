@@ -1,12 +1,7 @@
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 # candidates run in the Triton interpreter on CI's CPU-only machines
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -18,3 +13,18 @@ def temporal_server():
 
     with DevServer() as srv:
         yield srv
+
+
+@pytest.fixture(scope="module")
+def real_model_server(tmp_path_factory):
+    """llama.cpp's server with SmolLM2-135M on loopback (serving/model_server.py), one per test module.
+    Skipped where the `realmodel` extra is not installed, unless MARATHON_REAL_MODEL=1 (CI) requires it."""
+    from serving.model_server import ModelServer, installed
+
+    missing = installed()
+    if missing:
+        if os.environ.get("MARATHON_REAL_MODEL") == "1":
+            pytest.fail(f"MARATHON_REAL_MODEL=1 but the real model server is not installed: {missing}")
+        pytest.skip(f"no real model server here: {missing}")
+    with ModelServer(log=tmp_path_factory.mktemp("model-server") / "server.log") as server:
+        yield server

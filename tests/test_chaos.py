@@ -1,5 +1,5 @@
 """The chaos suite: processes SIGKILLed, the server restarted, the state directory moved, the model endpoint
-down or refusing, the artifact store full or damaged (tests/chaos_cases.py runs each). Every case: no tool
+down or refusing, the artifact store full or damaged (serving/chaos.py runs each). Every case: no tool
 call lost or repeated, every attempt judged (or the ledger says why not), the notebook says what happened,
 no failure replaced by Temporal's "Failure exceeds size limit.", and the API key nowhere."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from chaos_cases import CASES, HEARTBEAT_S, KEY, OUTAGE_S, RESTART_CASES, Outcome, run_case
+from serving.chaos import CASES, HEARTBEAT_S, KEY, OUTAGE_S, RESTART_CASES, Outcome, run_case
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 

@@ -42,6 +42,20 @@ def marathon(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
     (["eval", "--problem", "mla_decode", "--kernel", "starter", "--timeout", "0"], "--timeout"),
     (["dev", "--port", "70000"], "--port"),
     (["follow", "--workflow-id", "x", "--server-wait", "-1"], "--server-wait"),
+    # past the bounds (workflows/limits.py): refused before anything starts
+    (["run", "--problem", "mla_decode", "--timeout", "1e14"], "--timeout"),
+    (["run", "--problem", "mla_decode", "--hours", "1e11"], "--hours"),
+    (["run", "--problem", "mla_decode", "--max-tool-calls", "1000000000"], "--max-tool-calls"),
+    (["run", "--problem", "mla_decode", "--server-wait", "1e12"], "--server-wait"),
+    (["suite", "--problems", "docs/examples", "--hours-each", "1e9"], "--hours-each"),
+    (["eval", "--problem", "mla_decode", "--kernel", "starter", "--reps", "10000000000"], "--reps"),
+    # a malformed address: one line wherever one is taken
+    (["runs", "--address", "127.0.0.1:99999"], "--address"),
+    (["runs", "--address", ":7233x"], "--address"),
+    (["report", "x", "--address", "localhost"], "--address"),
+    (["follow", "--workflow-id", "x", "--address", "127.0.0.1:99999"], "--address"),
+    (["run", "--problem", "mla_decode", "--address", ":7233x"], "--address"),
+    (["schedule", "list", "--address", "host:0"], "--address"),
 ])
 def test_a_bad_number_is_one_line_and_exit_2(argv, flag, tmp_path):
     # --address where the run would go: nothing may be contacted, nothing started
@@ -50,6 +64,24 @@ def test_a_bad_number_is_one_line_and_exit_2(argv, flag, tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0] and "Traceback" not in res.stderr, res.stderr
     assert res.stdout == "" and not list(tmp_path.iterdir())  # nothing started, nothing written
+
+
+def test_worker_refuses_a_malformed_address():
+    res = subprocess.run([sys.executable, "worker.py", "--address", "127.0.0.1:99999"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, env=ENV)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "--address" in res.stderr, res.stderr
+
+
+def test_the_cli_sends_a_kernel_file_as_its_text(tmp_path):
+    """The workflow input carries the user's kernel as text, labelled with its file's name, never its path."""
+    from cli.args import spec_from_args
+    from marathon import build_parser
+
+    path = tmp_path / "my kernel.py"
+    path.write_text("def mla_decode(q, kv):\n    return q\n")
+    spec = spec_from_args(build_parser().parse_args(["run", "--problem", "mla_decode", "--kernel", str(path)]))
+    assert spec.source == path.read_text() and spec.kernel == "my_kernel.py"
+    assert str(tmp_path) not in spec.model_dump_json()
 
 
 @pytest.mark.parametrize("detach", [False, True])

@@ -10,7 +10,7 @@ import pytest
 
 from compaction.memory import Memory
 from compaction.prompt import goal_text, memory_block
-from scripted_compaction import FIRST_FAILURE, ScriptConfig, kda_goal, mentions, run_scripted
+from compaction.rehearsal import FIRST_FAILURE, ScriptConfig, kda_goal, mentions, run_scripted
 
 CONFIGS = {
     "defaults": ScriptConfig(),  # RunSpec's defaults: compact every 40 calls, 48k-token budget

@@ -104,9 +104,72 @@ def test_prompt_shape_and_nothing_cut_when_it_fits():
     recent = [{"role": "user", "content": "go"}] + turn(1) + turn(2)
     msgs = build_messages(GOAL, FIG0, mem, recent, 50_000, system_prompt="Be brief.")
     assert msgs[0]["role"] == "system" and msgs[0]["content"].startswith("Be brief.\n\n# Goal")
-    assert msgs[1] == {"role": "user", "content": memory_block(mem)}
-    assert msgs[2:] == recent
-    assert estimate_tokens(msgs) == estimate_prompt(GOAL, FIG0, mem, recent, "Be brief.")
+    # the memory and the user's first message are one user turn: strict templates refuse two in a row
+    assert msgs[1] == {"role": "user", "content": memory_block(mem) + "\n\ngo"}
+    assert msgs[2:] == recent[1:]
+    assert estimate_tokens(msgs) <= estimate_prompt(GOAL, FIG0, mem, recent, "Be brief.")
+
+
+def test_prompts_keep_to_what_strict_chat_templates_accept():
+    from compaction.prompt import EMPTY_REPLY, UNPARSED, chat_sequence
+    from fake_openai import sequence_error
+
+    bad = [{"id": "m1", "type": "function", "function": {"name": "edit_kernel", "arguments": '{"old": "x", "new": '}}]
+    recent = ([{"role": "user", "content": "start"}, {"role": "assistant", "content": ""},
+               {"role": "user", "content": "Continue"}, {"role": "user", "content": "Hint from the user: x"},
+               {"role": "assistant", "content": "", "tool_calls": bad},
+               {"role": "tool", "tool_call_id": "m1", "content": "error: not valid JSON"},
+               {"role": "user", "content": "Hint from the user: y"}] + turn(2))
+    msgs = build_messages(GOAL, FIG0, Memory(goal=GOAL), recent, 50_000)
+    assert sequence_error(msgs) is None
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "tool", "user",
+                                         "assistant", "tool"]
+    assert msgs[1]["content"].endswith("\n\nstart") and msgs[2]["content"] == EMPTY_REPLY
+    assert msgs[3]["content"] == "Continue\n\nHint from the user: x"
+    args = json.loads(msgs[4]["tool_calls"][0]["function"]["arguments"])  # valid JSON, the text kept in it
+    assert args == {UNPARSED: '{"old": "x", "new": '}
+    assert recent[4]["tool_calls"] == bad  # the record keeps what the model sent
+    from compaction.prompt import json_arguments
+    assert json_arguments('{"limit": 5}') == '{"limit": 5}' and json_arguments({"a": 1}) == '{"a": 1}'
+    assert json.loads(json_arguments('{"x": NaN}')) == {UNPARSED: '{"x": NaN}'}
+    assert json.loads(json_arguments("[1]")) == {UNPARSED: "[1]"}
+    assert chat_sequence(msgs) == msgs
+
+
+def test_the_budget_follows_the_servers_count():
+    from compaction.prompt import MAX_TOKEN_SCALE, SCALE_HEADROOM, token_scale
+
+    assert token_scale(1.0, 1300, 1000) == pytest.approx(1.3 * SCALE_HEADROOM)
+    assert token_scale(1.5, 1100, 1000) == 1.5  # the most seen
+    assert token_scale(1.0, 0, 1000) == 1.0 and token_scale(1.0, 500, 1000) == 1.0
+    assert token_scale(1.0, 10**9, 1) == MAX_TOKEN_SCALE
+
+
+def test_prompts_stay_within_the_budget_by_a_small_vocabularys_count():
+    """Code-heavy turns at 2.5 bytes a token (the fake's count, SmolLM2's on Triton code): with the scale
+    learned from the first reply's usage, every later prompt is within the budget by that count."""
+    from compaction.prompt import token_scale
+    from fake_openai import count_tokens
+    from workflows.toolspec import TOOLS
+
+    source = Path(__file__).resolve().parent.parent / "kernels" / "problems" / "mla_decode" / "starter.py"
+    code = source.read_text()
+    budget = 6000
+
+    def counts(learn: bool) -> tuple[list[int], float]:
+        scale, recent, out = 1.0, [], []
+        for i in range(12):
+            msgs = build_messages(GOAL, FIG0, Memory(goal=GOAL), recent, int(budget / scale),
+                                  reserve=tools_tokens(TOOLS))
+            out.append(count_tokens({"messages": msgs, "tools": TOOLS}))
+            if learn:
+                scale = token_scale(scale, out[-1], estimate_tokens(msgs) + tools_tokens(TOOLS))
+            recent += turn(i)[:1] + [{"role": "tool", "tool_call_id": f"c{i}_0", "content": code}]
+        return out, scale
+
+    learned, scale = counts(True)
+    assert scale > 1.2 and max(learned) <= budget, (scale, learned)
+    assert max(counts(False)[0]) > 1.2 * budget  # the estimate alone let them run over
 
 
 def test_oldest_turns_go_first_and_pairs_stay_together():
@@ -466,7 +529,9 @@ def test_compact_with_a_model():
     assert res.tokens_before > 5 * res.tokens_after > 0
     assert compact_memory(inp(tokens_before=123456), chat=chat).tokens_before == 123456
     assert (res.prompt_tokens, res.completion_tokens) == (900, 120)
-    assert "compaction 2:" in res.line() and "model" in res.line()
+    line = res.line()
+    assert line.startswith("compaction 2 through turn 20 (by the model): kept the best (attempt 5), ") and "failure" in line
+    assert f"in a memory of {res.tokens_after:,} tokens (the prompt before it: {res.tokens_before:,} tokens)" in line
 
 
 @pytest.mark.parametrize("chat, reason", [

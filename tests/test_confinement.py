@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import tempfile
 import subprocess
 import sys
 import time
@@ -19,6 +20,8 @@ import pytest
 from kernels.evaluator import confinement, gpu_quiet, isolation
 from kernels.evaluator.evaluate import EvalRequest
 from kernels.evaluator.verdict import Verdict
+from kernels.evaluator.fence_drills import (DENIED, FENCES, Listeners, escape_values, files_holding, hostile_source, report_of,
+                           running_with)
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ROOT / "tests" / "hostile"
@@ -109,7 +112,8 @@ def test_a_candidate_past_the_policy_finds_no_key_anywhere(tmp_path, setting):
     """The static policy off, the candidate reads every /proc/*/environ and cmdline it can, the memory
     of the judge and the worker, and every file under the worker's folders, HOME and the temp dir.
     The worker's key is nowhere in what it found, nor in the verdict. Landlock alone already shuts
-    /proc of processes outside the sandbox (its ptrace rule), so the second setting switches it off and
+    /proc of processes outside the sandbox (its read allowlist and its ptrace rule: /proc is not even
+    listable, and nothing of the worker's folders is readable), so the second setting switches it off and
     runs the worker without capabilities, as an ordinary user's: then only the allowlisted environment
     and non-dumpability keep the key, and a decoy process outside the worker's tree (no capabilities,
     dumpable), holding a key of the same shape, shows that the search does find what is readable."""
@@ -125,6 +129,7 @@ def test_a_candidate_past_the_policy_finds_no_key_anywhere(tmp_path, setting):
     try:
         proc, out = start_worker(tmp_path, source, {
             "MARATHON_TEST_SECRET": key, "OPENAI_API_KEY": key, "MARATHON_UNSAFE_SKIP_POLICY": "1",
+            "MARATHON_SANDBOX_SEAL": "0",  # the fences alone: the seal would end the search at its first step
             "HOME": str(dirs["home"]), "TMPDIR": str(dirs["tmp"]), **extra}, timeout_s=120,
             privileges="unprivileged" if relaxed else "as-is")
         log, _ = proc.communicate(timeout=400)
@@ -138,8 +143,11 @@ def test_a_candidate_past_the_policy_finds_no_key_anywhere(tmp_path, setting):
     if relaxed:
         # the search works: the decoy's key, read from its environ
         assert f"'{decoy_key}': '/proc/{decoy.pid}/environ'" in verdict.reason, verdict.reason[-2000:]
+        assert "'environ': 0" not in verdict.reason and "'files': 0" not in verdict.reason, verdict.reason[-500:]
+    else:  # reads fenced: no other process's /proc, none of the worker's folders
+        assert "'proc': 'unlistable'" in verdict.reason and "'files': 0" in verdict.reason, verdict.reason[-500:]
+        assert verdict.sandbox.get("landlock_reads") is True, verdict.sandbox
     assert key not in text and key.encode() not in log
-    assert "'environ': 0" not in verdict.reason and "'files': 0" not in verdict.reason, verdict.reason[-500:]
     print(f"\n{setting}: {verdict.reason.splitlines()[-1]}")
     assert any("static policy was skipped" in f for f in verdict.flags)
     if os.geteuid() == 0:
@@ -294,3 +302,186 @@ def test_a_starting_gpu_worker_removes_stale_scratch_and_makes_itself_non_dumpab
     monkeypatch.setattr(worker, "_serve", serve)
     assert worker.main(["--queues", worker.names.GPU_TASK_QUEUE, "--gpus", "none"]) == 0
     assert calls == ["non-dumpable", "serve"] and not stale.exists()
+
+
+# --- a hostile problem file and a hostile candidate, with a canary key in the worker's environment ------
+@pytest.fixture
+def escape_setup(tmp_path, monkeypatch):
+    """The canary key in the environment of the test (a dumpable process: a target) and of the
+    worker, a canary file under /tmp, a file in the project, listeners, a marker for process searches."""
+    canary = "sk-marathon-canary-" + secrets.token_hex(12)
+    monkeypatch.setenv("MARATHON_TEST_SECRET", canary)
+    fd, canary_file = tempfile.mkstemp(prefix="marathon-canary-", suffix=".txt", dir="/tmp")
+    os.write(fd, canary.encode())
+    os.close(fd)
+    project_file = ROOT / f"_sentinel_{secrets.token_hex(4)}.txt"  # the project, outside the readable kernels/
+    project_file.write_text("original\n")
+    listeners = Listeners()
+    values = escape_values(listeners, canary_file, project_file)
+    try:
+        yield {"canary": canary, "values": values, "listeners": listeners, "dirs": worker_dirs(tmp_path),
+               "tmp": tmp_path}
+    finally:
+        listeners.close()
+        os.unlink(canary_file)
+        project_file.unlink(missing_ok=True)
+        Path(values["LEAK_PATH"]).unlink(missing_ok=True)
+        for pid in running_with(values["MARKER"]):
+            os.kill(pid, signal.SIGKILL)
+
+
+def run_worker_on(tmp: Path, req: EvalRequest, env: dict[str, str]) -> tuple[Verdict, str]:
+    (tmp / "request.json").write_text(req.model_dump_json())
+    full = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", WORKER, str(tmp / "request.json"), str(tmp / "verdict.json"), "as-is"],
+                          cwd=tmp / "cwd", env=full, capture_output=True, text=True, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and (tmp / "verdict.json").exists(), log[-3000:]
+    return Verdict.model_validate_json((tmp / "verdict.json").read_text()), log
+
+
+def check_nothing_escaped(setup: dict, verdict: Verdict, log: str, report: dict, survivors: bool = False) -> None:
+    text = verdict.model_dump_json()
+    canary, values = setup["canary"], setup["values"]
+    environ = report["environ"]
+    assert set(environ) == {"listing", "others_readable"} and environ["others_readable"] == 0, environ
+    for name in DENIED:
+        assert report[name].startswith("denied"), (name, report[name])
+    assert canary not in text and canary not in log
+    assert not setup["listeners"].accepted, "the hostile code reached a listener on the host"
+    assert not Path(values["LEAK_PATH"]).exists()
+    assert Path(values["PROJECT_FILE"]).read_text() == "original\n"
+    deadline = time.monotonic() + 10
+    while running_with(values["MARKER"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = running_with(values["MARKER"])
+    if survivors:  # the control without a PID namespace: the orphan is still there (the fixture ends it)
+        assert left, "the control's orphan did not outlive the evaluation: the test proves nothing"
+    else:
+        assert not left, "a process the hostile code started outlived the evaluation"
+    assert not files_holding([setup["tmp"], FENCES], canary.encode())
+
+
+@pytest.mark.parametrize("setting", ["all-fences", "no-pid-namespace-control"])
+def test_a_hostile_problem_file_reaches_nothing(escape_setup, setting):
+    """The problem file's own code, past nothing but the fences (a problem file has no static
+    policy): it finds no key, reads and writes nothing outside its scratch, reaches no listener, starts
+    no shell, and the compiler it may start, orphaned outside the sandbox's process tree, ends with
+    the evaluation (its PID namespace: the control without one shows the orphan would outlive it).
+    Its error reaches the verdict with the worker's environment values scrubbed (the value written
+    into the file stands there by its variable's name), and the verdict says the problem file, not
+    the candidate, failed."""
+    setup = escape_setup
+    values = setup["values"]
+    control = setting != "all-fences"
+    source = hostile_source("problem_escape", values)
+    probe = (ROOT / "kernels" / "evaluator" / "fence_probe" / "candidate.py").read_text()
+    req = EvalRequest(problem="escape", problem_source=source, source=probe, kernel="confinement-test", device="cpu",
+                      mode="test", shapes=[{"n": 8}], seeds=1, probe_shapes=0, timeout_s=120, baselines=False)
+    verdict, log = run_worker_on(setup["tmp"], req, {
+        "MARATHON_TEST_SECRET": setup["canary"], "OPENAI_API_KEY": setup["canary"],
+        "MARATHON_TEST_ECHO": values["ECHO"], "HOME": str(setup["dirs"]["home"]), "TMPDIR": str(setup["dirs"]["tmp"]),
+        **({"MARATHON_SANDBOX_PIDNS": "0"} if control else {})})
+    assert verdict.status == "crashed" and "the problem file raised" in verdict.reason, verdict.reason[-3000:]
+    assert "the candidate was not judged" in verdict.reason
+    report = report_of(verdict.reason)
+    print("\n" + "\n".join(f"{k}: {v}" for k, v in report.items()))
+    check_nothing_escaped(setup, verdict, log, report, survivors=control)
+    assert report["detached compiler"].startswith("GOT") and "was running: True" in report["detached compiler"], report
+    assert values["ECHO"] not in verdict.model_dump_json() and "[$MARATHON_TEST_ECHO]" in verdict.reason
+    sandbox = verdict.sandbox
+    for fence in ("netns", "landlock", "landlock_reads", "landlock_exec", "seccomp", "capabilities_dropped",
+                  "non_dumpable") + (() if control else ("pid_namespace",)):
+        assert sandbox.get(f"problem_{fence}"), (fence, sandbox)
+    if control:
+        assert "pid_namespace (problem file)" in sandbox["missing"], sandbox
+    assert sandbox["problem_processes"].startswith("torch-compile toolchain only"), sandbox
+    assert sandbox["judge_capabilities"] in ("SYS_ADMIN, SETPCAP", "SETPCAP, SYS_ADMIN", "none"), sandbox
+
+
+def test_a_candidate_past_the_policy_reads_and_starts_nothing(escape_setup):
+    """With the static policy and the seal off (the OS fences alone): on the CPU no process starts at all (seccomp: no fork, vfork or
+    exec), so neither a shell (subprocess, posix_spawn, torch.utils.collect_env) nor a detached child
+    nor the compiler; reads outside the allowlist fail; nothing is left running."""
+    setup = escape_setup
+    source = hostile_source("candidate_escape", setup["values"])
+    req = EvalRequest(problem="mla_decode", source=source, kernel="confinement-test", device="cpu", mode="test",
+                      shapes=MLA, seeds=1, probe_shapes=0, timeout_s=120, baselines=False)
+    verdict, log = run_worker_on(setup["tmp"], req, {
+        "MARATHON_TEST_SECRET": setup["canary"], "OPENAI_API_KEY": setup["canary"], "MARATHON_UNSAFE_SKIP_POLICY": "1",
+        "MARATHON_SANDBOX_SEAL": "0",  # the OS fences alone (the seal would end the process at its first import)
+        "HOME": str(setup["dirs"]["home"]), "TMPDIR": str(setup["dirs"]["tmp"])})
+    assert verdict.status == "crashed" and "hostile candidate report" in verdict.reason, verdict.reason[-3000:]
+    report = report_of(verdict.reason)
+    print("\n" + "\n".join(f"{k}: {v}" for k, v in report.items()))
+    check_nothing_escaped(setup, verdict, log, report)
+    for name in ("detached compiler", "collect_env shell"):
+        assert report[name].startswith("denied"), (name, report[name])
+    assert verdict.sandbox.get("processes") == "none" and verdict.sandbox.get("pid_namespace"), verdict.sandbox
+
+
+TOOLCHAIN_PROBE = """
+import os, subprocess, sys, sysconfig
+from pathlib import Path
+import triton
+from kernels.evaluator import fences
+scratch = sys.argv[1]
+facts = fences.put_up("cpu", writable=[scratch], readable=[], toolchain="triton", netns=True, landlock=True,
+                      landlock_reads=True, landlock_exec=True, seccomp=True, drop_capabilities=True)
+assert facts["landlock_exec"] and facts["seccomp"], facts
+nvidia = Path(triton.__file__).parent / "backends" / "nvidia"
+ptx = Path(scratch) / "k.ptx"
+ptx.write_text(".version 8.0\\n.target sm_90\\n.address_size 64\\n.visible .entry k()\\n{\\nret;\\n}\\n")
+subprocess.run([str(nvidia / "bin" / "ptxas"), "--gpu-name=sm_90", str(ptx), "-o", str(ptx) + ".o"], check=True)
+# Triton's own launcher source, compiled as Triton builds it (linking needs libcuda: a GPU host's)
+subprocess.run(["gcc", str(nvidia / "driver.c"), "-O3", "-fPIC", "-c", "-o", str(Path(scratch) / "driver.o"),
+                f"-I{nvidia / 'include'}", f"-I{sysconfig.get_paths()['include']}"], check=True)
+for argv in (["/bin/sh", "-c", "true"], [sys.executable, "-c", "pass"], ["ls"]):
+    try:
+        subprocess.run(argv, check=True)
+        print("STARTED", argv[0])
+    except OSError as exc:
+        print("refused", argv[0], exc.errno)
+print("toolchain ok")
+"""
+
+
+def test_the_gpu_toolchain_runs_inside_the_fences_and_nothing_else_starts(tmp_path):
+    """On CUDA Triton runs ptxas and the C compiler inside the candidate's fences: both work under the
+    Landlock program allowlist (ptxas needs no GPU, and the compiler builds Triton's own launcher
+    source), while a shell, Python and any other program are refused."""
+    if isolation.landlock_abi() < 1:
+        pytest.skip("no Landlock here")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path), "HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", TOOLCHAIN_PROBE, str(tmp_path)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and "toolchain ok" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "STARTED" not in out.stdout and out.stdout.count("refused") == 3, out.stdout
+    assert (tmp_path / "k.ptx.o").exists() and (tmp_path / "driver.o").exists()
+
+
+def test_an_honest_problem_file_is_ok_inside_the_fences(escape_setup):
+    """The control: the evaluator's own small problem and kernel, started by the same stand-in worker
+    with the canary key, judged ok with every fence of both sandboxes up."""
+    setup = escape_setup
+    folder = ROOT / "kernels" / "evaluator" / "fence_probe"
+    req = EvalRequest(problem="fence_probe", problem_source=(folder / "problem.py").read_text(),
+                      source=(folder / "candidate.py").read_text(), kernel="confinement-test", device="cpu",
+                      mode="test", shapes=[{"n": 1000}], seeds=2, probe_shapes=0, timeout_s=120, baselines=False)
+    verdict, log = run_worker_on(setup["tmp"], req, {
+        "MARATHON_TEST_SECRET": setup["canary"], "OPENAI_API_KEY": setup["canary"],
+        "HOME": str(setup["dirs"]["home"]), "TMPDIR": str(setup["dirs"]["tmp"])})
+    assert verdict.status == "ok", verdict.reason[-3000:] + verdict.log_tail[-2000:]
+    assert "missing" not in verdict.sandbox, verdict.sandbox
+    assert setup["canary"] not in verdict.model_dump_json() + log
+
+
+def test_scrub_takes_out_values_not_only_names():
+    env = {"OPENAI_API_KEY": "sk-abc123", "SHORT_SECRET": "pw12", "MY_VAR": "a-long-private-value",
+           "HOME": "/home/someone", "LANG": "C.UTF-8", "N": "12345678", "PATH": "/usr/bin:/bin"}
+    text = {"reason": "key sk-abc123 / pw12 / a-long-private-value at /home/someone/x C.UTF-8 12345678",
+            "flags": ["sk-abc123"], "shapes": [{"note": "a-long-private-value"}], "n": 3}
+    out = confinement.scrub(text, env)
+    assert out["reason"] == ("key [$OPENAI_API_KEY] / [$SHORT_SECRET] / [$MY_VAR] at /home/someone/x C.UTF-8 "
+                             "12345678"), out
+    assert out["flags"] == ["[$OPENAI_API_KEY]"] and out["shapes"][0]["note"] == "[$MY_VAR]" and out["n"] == 3

@@ -77,10 +77,11 @@ def test_fla_import_is_rejected(tmp_path):
 
 
 def test_torch_fallback_is_rejected():
-    # computes the answer with torch and launches a kernel only for show
+    # computes with torch (operators: the policy refuses torch.softmax by name) and launches a kernel
+    # only for show
     source = MLA_STARTER.replace(
         "    return o\n",
-        "    s = torch.softmax((q.float() @ kv.float().transpose(1, 2)) * scale, -1)\n"
+        "    s = (q.float() @ kv.float().transpose(1, 2)) * scale\n"
         "    return (s @ kv.float()[..., :512]).to(q.dtype)\n")
     v = evaluate(EvalRequest(problem="mla_decode", source=source, device="cpu", mode="test"))
     assert v.status == "rejected" and "torch computed part of the answer" in v.reason

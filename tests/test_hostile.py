@@ -2,9 +2,11 @@
 and honest candidates (both starters, the tuned MLA kernel) still get ok.
 
 Each hostile file's docstring says which attack it is and which defence answers it. Cases marked
-`bypass` run with MARATHON_UNSAFE_SKIP_POLICY=1, so that the run-time defences (sandbox facts,
-seccomp, Landlock, the network namespace, the judge's watchdog) are tested on their own, as if an
-attacker had found a way past the static policy; the same files are also judged with the policy on.
+`bypass` run with MARATHON_UNSAFE_SKIP_POLICY=1, so that the run-time defences (the seal, the record
+written out of the sandbox, the judge's own checks and clock, seccomp, Landlock, the network
+namespace, the judge's watchdog) are tested on their own, as if an attacker had found a way past the
+static policy; the same files are also judged with the policy on. Cases that test one OS fence or
+the watchdog alone also switch the seal off (SEAL_OFF), which would otherwise end them first.
 Cases decided by the static policy alone are judged in this process (Judge.run, no sandbox); the
 others go through the judge process, as `evaluate()` does, two at a time (HOSTILE_WORKERS).
 
@@ -45,6 +47,7 @@ MLA_LONG = (shape(B=1, H=1, S=2048),)  # long enough for low-precision accumulat
 KDA_LONG = (shape(B=1, T=160, H=1, K=16, V=16),)
 CUDA = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
 BYPASS = {"MARATHON_UNSAFE_SKIP_POLICY": "1"}
+SEAL_OFF = (("MARATHON_SANDBOX_SEAL", "0"),)  # for tests of a fence or the watchdog on their own
 # Passes the candidate-environment filter (TRITON_ prefix): marks every sandbox process of this test
 # session, so that the leftover check below finds exactly ours.
 SESSION_MARK = f"TRITON_MARATHON_HOSTILE_TEST={os.getpid()}"
@@ -69,7 +72,8 @@ class Case:
 
     @property
     def id(self) -> str:
-        return self.name + ("[run-time]" if self.bypass else "") + ("[cuda]" if self.cuda else "")
+        return (self.name + ("[run-time]" if self.bypass else "") + ("[no-seal]" if SEAL_OFF[0] in self.env else "")
+                + ("[cuda]" if self.cuda else ""))
 
     @property
     def problem(self) -> str:
@@ -92,6 +96,24 @@ class Case:
 
 
 S = dict(static=True, status="rejected")
+# A policy hole alone earns no ok: past the static policy (each with the policy skipped), the match-class-
+# pattern escape to real builtins and what it leads to meet the run-time layer: the seal (an audit hook
+# installed before the candidate is imported), the record written out of the process as it happens,
+# the harness's integrity check, and the judge's own clock.
+LAYERING = [
+    Case("mla_escape_pause_monitor", "rejected", "torch computed part of the answer", bypass=True),
+    Case("mla_escape_read_file", "rejected", "on open of /etc/hostname", bypass=True),
+    Case("mla_escape_read_file", "rejected"),  # with the policy on too: caught by whichever layer comes first
+    Case("mla_escape_ctypes", "rejected", "on ctypes.dlopen", bypass=True),
+    Case("mla_escape_gc", "rejected", "on gc.get_objects", bypass=True),
+    Case("mla_escape_shell", "rejected", "seal ended", bypass=True),
+    Case("mla_escape_forge_timer", "rejected", "judge's own clock", mode="full", bypass=True),
+    Case("mla_read_secrets", "rejected", "import of os", bypass=True),
+    Case("mla_frame_walk", "rejected", "of gi_frame", bypass=True),
+    Case("mla_patch_timer", "rejected", "changed the harness", bypass=True),
+    Case("mla_torch_os_route", "rejected", "on os.system", bypass=True),
+    Case("kda_exec_built_string", "rejected", "on compile", bypass=True),
+]
 CASES = [
     # stale memory, partial writes, uninitialised reads
     Case("mla_writes_nothing", "incorrect", "NaN or Inf"),
@@ -111,10 +133,12 @@ CASES = [
     Case("kda_pointer_replay", "incorrect", "outputs of timed calls are re-checked", mode="full",
          flag="module-level state changed"),
     # work hidden from the clock; the output must be a plain tensor with its own storage
-    Case("mla_lazy_subclass", "incorrect", "expected a plain torch.Tensor"),
+    Case("mla_lazy_subclass", reason="attribute 'as_subclass'", **S),
+    Case("mla_lazy_subclass", "incorrect", "expected a plain torch.Tensor", bypass=True),
     Case("mla_reused_output", "incorrect", "memory of an earlier call's output"),
     Case("mla_thread_hidden", reason="imports 'threading'", **S),
-    Case("mla_thread_hidden", "rejected", "left threads running", bypass=True),
+    Case("mla_thread_hidden", "rejected", "left threads running", bypass=True, env=SEAL_OFF),
+    Case("mla_thread_hidden", "rejected", "import of threading", bypass=True),
     Case("mla_side_stream", reason="torch.cuda.Stream", **S),
     Case("mla_side_stream", "rejected", "on a stream other than the caller's", bypass=True, cuda=True),
     # tampering
@@ -122,27 +146,52 @@ CASES = [
     Case("mla_patch_via_alias", reason="patching", **S),
     Case("mla_print_pass", "incorrect", "wrong answer at"),
     Case("mla_forge_channel", reason="imports 'os'", **S),
-    Case("mla_forge_channel", "rejected", "forged line on the result channel", bypass=True),
+    Case("mla_forge_channel", "rejected", "forged line on the result channel", bypass=True, env=SEAL_OFF),
     Case("mla_edit_project", reason="imports 'atexit'", **S),
-    Case("mla_torch_os_route", reason="is the module 'os'", **S),
+    Case("mla_torch_os_route", reason="uses torch.sys", **S),
     Case("mla_frame_walk", reason="attribute 'gi_frame'", **S),
+    Case("mla_genexpr_frame_walk", reason="attribute 'gi_frame'", **S),
+    Case("mla_foreign_self_patch", reason="patching objects", **S),
+    Case("mla_nonlocal_self_swap", reason="'nonlocal'", **S),
+    Case("mla_global_alias_swap", reason="'global'", **S),
+    Case("mla_finalizer_hook", reason="class member '__del__'", **S),
+    Case("mla_raw_launch", reason="attribute 'run'", **S),
     # mutating inputs
     Case("kda_mutates_inputs", "rejected", "modified its inputs"),
     # precision downcast (the honest starters pass at the same shapes: see CONTROLS)
     Case("mla_lowp_accumulation", "incorrect", "wrong answer at", shapes=MLA_LONG),
     Case("kda_lowp_gate_cumsum", "incorrect", "wrong answer at", shapes=KDA_LONG),
     # falling back to torch, also where the monitor used to look away
-    Case("mla_torch_fallback_try", "rejected", "torch computed part of the answer"),
-    Case("mla_grid_fallback", "rejected", "torch computed part of the answer"),
-    Case("mla_autotune_hook_fallback", "rejected", "torch computed part of the answer"),
-    Case("mla_duck_typed_argument", "rejected", "kernel argument was not a plain tensor"),
+    # (torch's computing functions are not on the policy's API allowlist: the monitor is tested bypassing it)
+    Case("mla_torch_fallback_try", reason="uses torch.softmax", **S),
+    Case("mla_torch_fallback_try", "rejected", "torch computed part of the answer", bypass=True),
+    Case("mla_grid_fallback", reason="uses torch.softmax", **S),
+    Case("mla_grid_fallback", "rejected", "torch computed part of the answer", bypass=True),
+    Case("mla_autotune_hook_fallback", reason="triton.Config(pre_hook=...)", **S),
+    Case("mla_autotune_hook_fallback", "rejected", "torch computed part of the answer", bypass=True),
+    Case("mla_duck_typed_argument", reason="class member 'data_ptr'", **S),
+    Case("mla_duck_typed_argument", "rejected", "kernel argument was not a plain tensor", bypass=True),
+    # escapes past a denylist policy: each refused by the allowlist (of syntax, names or API)
+    Case("mla_match_class_pattern", reason="'match' statement", **S),
+    Case("mla_format_dunder_read", reason="str.format", **S),
+    Case("mla_collect_env_shell", reason="torch.utils", **S),
+    Case("mla_model_zoo_fetch", reason="torch.utils", **S),
+    Case("mla_file_baton_delete", reason="torch.utils.file_baton", **S),
+    Case("mla_triton_driver_stream", reason="triton.runtime", **S),
+    Case("mla_fx_codegen", reason="torch.fx", **S),
+    Case("mla_jit_default_compile_time", reason="default '_answer()' of a @triton.jit function", **S),
+    Case("mla_builtin_decorator", reason="decorator 'tl.core.builtin'", **S),
+    Case("mla_autotune_bench_hook", reason="triton.Config(pre_hook=...)", **S),
+    Case("kda_tensor_type_import", reason="attribute 'type' called", **S),
+    Case("mla_entry_reference_swap", reason="class member 'prepare'", **S),
+    Case("kda_extern_library_path", reason="triton.language.core.extern_elementwise", **S),
     # banned libraries by any route
     Case("kda_fla_importlib", reason="imports 'importlib'", **S),
     Case("kda_fla_dunder_import", reason="'__import__'", **S),
     Case("kda_exec_built_string", reason="'exec'", **S),
     Case("kda_vendored_fla", reason="looks vendored from fla", **S),
     Case("mla_sys_modules_at_runtime", reason="imports 'sys'", **S),
-    Case("mla_sys_modules_at_runtime", "rejected", "loaded flash_attn", bypass=True),
+    Case("mla_sys_modules_at_runtime", "rejected", "loaded flash_attn", bypass=True, env=SEAL_OFF),
     # resource abuse
     Case("mla_endless_python_loop", "timeout", "wall-clock limit", timeout=8),
     Case("mla_endless_kernel_loop", "timeout", "wall-clock limit", timeout=8),
@@ -150,13 +199,24 @@ CASES = [
     Case("mla_cpu_memory_bomb", "crashed", "of host memory", env=(("MARATHON_SANDBOX_MEMORY", str(2 * 2**30)),)),
     Case("mla_disk_filler", "crashed", "File too large"),
     Case("mla_fork_bomb", reason="imports 'os'", **S),
-    Case("mla_fork_bomb", "rejected", "processes", bypass=True, env=(("MARATHON_SANDBOX_SECCOMP", "0"),)),
+    Case("mla_fork_bomb", "rejected", "processes", bypass=True, env=(("MARATHON_SANDBOX_SECCOMP", "0"),) + SEAL_OFF),
     Case("mla_gpu_memory_bomb", "crashed", "out of memory", cuda=True),
     Case("mla_illegal_address", "crashed", "", cuda=True),
     # secrets and network (more in the dedicated tests below)
     Case("mla_read_secrets", reason="imports 'os'", **S),
     Case("mla_snoop_everything", reason="imports 'os'", **S),  # run time: tests/test_confinement.py
     Case("mla_network", reason="imports 'socket'", **S),
+    # the field's reward hacks, each caught without the static policy's help
+    Case("mla_skip_timed_calls", "incorrect", "outputs of timed calls are re-checked", mode="full",
+         flag="module-level state changed"),
+    Case("mla_lazy_function_mode", reason="torch.overrides", **S),
+    Case("mla_lazy_function_mode", "rejected", "a torch function mode is still active", bypass=True),
+    Case("mla_gc_expected_output", reason="imports 'gc'", **S),
+    Case("mla_gc_expected_output", "rejected", "import of gc", bypass=True),
+    Case("mla_l2_persist_window", reason="imports 'cuda.bindings'", **S),
+    Case("mla_l2_persist_window", "rejected", "import of", bypass=True),
+    Case("mla_l2_persist_window", "rejected", "import of", bypass=True, cuda=True),
+    *LAYERING,
 ]
 CONTROLS = [  # honest candidates: no false rejections, and no flags
     Case("mla_decode:starter", "ok", mode="full", shape_set="smoke", probe=1, baselines=True),
@@ -238,6 +298,15 @@ def test_verdict(case: Case, verdicts):
         assert v.probe_shapes or not case.probe
 
 
+def test_a_policy_hole_alone_earns_no_ok(verdicts):
+    """The layering: every candidate of LAYERING, judged with the static policy skipped, is stopped by a
+    run-time layer (the seal, the record, the integrity check or the judge's clock), never ok."""
+    for case in [c for c in LAYERING if c.bypass]:
+        v = verdicts[case] if case in verdicts else judge_case(case)
+        assert v.status != "ok" and any("static policy was skipped" in f for f in v.flags), (case.id, _explain(v))
+        assert "the source breaks the candidate policy" not in v.reason, (case.id, v.reason)
+
+
 def test_every_hostile_file_is_judged_and_documented():
     files = {p.stem for p in HOSTILE.glob("*.py")}
     assert len(files) >= 20
@@ -254,7 +323,7 @@ def test_editing_the_project_is_refused_at_run_time():
     try:
         source = (HOSTILE / "mla_edit_project.py").read_text().replace("@SENTINEL@", str(sentinel))
         req = Case("mla_edit_project", "compile_error").request().model_copy(update={"source": source})
-        v = run_judge(req, BYPASS)
+        v = run_judge(req, {**BYPASS, **dict(SEAL_OFF)})
         assert v.status == "compile_error" and "Permission denied" in v.reason, _explain(v)
         assert sentinel.read_text() == "original\n"
         assert '{"status": "ok"}' not in v.reason
@@ -282,7 +351,7 @@ def test_network_is_unreachable_at_run_time():
     try:
         source = (HOSTILE / "mla_network.py").read_text().replace("@PORT@", str(port))
         req = Case("mla_network", "crashed").request().model_copy(update={"source": source})
-        v = run_judge(req, BYPASS)
+        v = run_judge(req, {**BYPASS, **dict(SEAL_OFF)})
     finally:
         stop.set()
         thread.join()
@@ -294,13 +363,13 @@ def test_network_is_unreachable_at_run_time():
 def test_secrets_stay_behind_at_run_time():
     secret = "sk-hostile-test-0123456789"
     v = run_judge(Case("mla_read_secrets", "crashed").request(),
-                  {**BYPASS, "OPENAI_API_KEY": secret, "TEMPORAL_API_TOKEN": secret, "MY_SECRET": secret})
+                  {**BYPASS, **dict(SEAL_OFF), "OPENAI_API_KEY": secret, "TEMPORAL_API_TOKEN": secret, "MY_SECRET": secret})
     assert v.status == "crashed" and "no secrets in the environment" in v.reason, _explain(v)
     assert secret not in v.model_dump_json()
 
 
 def test_fork_bomb_meets_seccomp_at_run_time():
-    v = run_judge(Case("mla_fork_bomb", "crashed").request(), BYPASS)
+    v = run_judge(Case("mla_fork_bomb", "crashed").request(), {**BYPASS, **dict(SEAL_OFF)})
     if not v.sandbox.get("seccomp"):
         pytest.skip("seccomp is not available here; the watchdog case covers the fork bomb")
     assert v.status == "crashed" and "Resource temporarily unavailable" in v.reason, _explain(v)

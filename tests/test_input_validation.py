@@ -1,5 +1,7 @@
-"""Bad input at the door: a workflow started with a bad input fails at once, non-retryable, naming the
-field; a bad update payload is rejected by the update's validator and the run goes on unharmed."""
+"""Bad input at the door: a workflow (a run, a suite) started with a bad input fails at once,
+non-retryable, naming the field: a number past its bound, a path where a name or a file's text belongs;
+a bad update payload is rejected by the update's validator and the run goes on unharmed; a forged or
+malformed fault signal does not outlive the run."""
 from __future__ import annotations
 
 import asyncio
@@ -26,6 +28,23 @@ BAD_INPUTS = [  # (input, what the failure message must name)
     ({"problem": "mla_decode", "eval": {"timeout_s": -1}}, "eval.timeout_s"),
     ({"problem": "mla_decode", "eval": {"device": "tpu"}}, "eval.device"),
     ({"problem": "mla_decode", "tool_timeout_s": 0}, "tool_timeout_s"),
+    # past its bound: it would overflow a timer on every retry and leave the run RUNNING
+    ({"problem": "mla_decode", "tool_timeout_s": 1e14}, "tool_timeout_s"),
+    ({"problem": "mla_decode", "budgets": {"hours": 1e11}}, "budgets.hours"),
+    ({"problem": "mla_decode", "eval": {"timeout_s": 1e14}}, "eval.timeout_s"),
+    ({"problem": "mla_decode", "budgets": {"max_tool_calls": 10**9}}, "budgets.max_tool_calls"),
+    ({"problem": "mla_decode", "model": {"request_timeout_s": 1e300}}, "model.request_timeout_s"),
+    ({"problem": "mla_decode", "eval": {"shape_list": [{"B": 2**40}]}}, "eval.shape_list.0.B"),
+    # a path where a name belongs: the worker reads no file a workflow input names
+    ({"problem": "mla_decode", "kernel": "/some/secret.env"}, "kernel"),
+    ({"problem": "mla_decode", "kernel": "../../secret.env"}, "kernel"),
+    ({"problem": "/etc/passwd"}, "problem"),
+    ({"problem": "../x", "problem_source": "class Model: pass"}, "problem"),
+    ({"problem": "mla_decode", "gpu_task_queue": "a/b"}, "gpu_task_queue"),
+    ({"problem": "mla_decode", "kernel": "secret.env"}, "kernel"),  # a name, but no shipped kernel's: prepare says so
+    # the workflow's own fields: a state (a best, its verdict) nobody judged
+    ({"problem": "mla_decode", "carry": {"budget_hours": 1}}, "carry"),
+    ({"problem": "mla_decode", "agent": {"index": 1, "of": 2}}, "agent"),
     (5, "input"),
     (None, "input"),  # `temporal workflow start` without --input
     ({"problem": "no_such_problem"}, "no_such_problem"),  # refused by the prepare activity
@@ -65,6 +84,8 @@ async def _bad_updates(address, tmp_path):
         before = await handle.query("status", result_type=RunStatus)
         bad = [("extend", {"hours": "abc"}, "hours"), ("extend", {"hours": -1}, "hours"),
                ("extend", {"tool_calls": -5}, "tool_calls"), ("extend", {"hours": float("inf")}, "hours"),
+               ("extend", {"hours": 1e308}, "hours"), ("extend", {"hours": 700}, "at most 720"),
+               ("extend", {"tool_calls": 999_999}, "at most 1000000"),
                ("extend", [1, 2], "extend"), ("hint", "   ", "empty hint"), ("hint", 5, "hint"),
                ("hint", "x" * 9000, "hint"), ("stop", {"why": 1}, "stop")]
         for name, payload, says in bad:
@@ -79,3 +100,55 @@ async def _bad_updates(address, tmp_path):
         assert ext.tool_calls_budget == before.tool_calls_budget + 10 and ext.hours_budget == before.hours_budget + 1
         assert (await handle.describe()).status.name == "RUNNING"
         await handle.terminate("test over")
+
+
+def test_a_bad_suite_input_fails_the_suite_at_once(temporal_server, tmp_path):
+    asyncio.run(_bad_suite(temporal_server.address, tmp_path))
+
+
+async def _bad_suite(address, tmp_path):
+    tq, gq = queues()
+    bad = [({"runs": [{"problem": "mla_decode", "kernel": "/some/secret.env"}]}, "runs.0.kernel"),
+           ({"runs": []}, "runs"), ({"runs": [GOOD], "parallel": 1000}, "parallel"), (7, "input")]
+    async with workers(address, tq, gq, tmp_path / "artifacts", gpu=False) as client:
+        for raw, field in bad:
+            handle = await client.start_workflow(names.SUITE_WORKFLOW_TYPE, raw, id=f"bad-suite-{uuid.uuid4().hex[:8]}",
+                                                 task_queue=tq)
+            with pytest.raises(WorkflowFailureError) as info:
+                await asyncio.wait_for(handle.result(), 30)
+            cause = info.value.cause
+            assert isinstance(cause, ApplicationError) and cause.non_retryable and cause.type == "BadSuiteSpec", cause
+            assert field in cause.message and "\n" not in cause.message, cause.message
+
+
+def test_a_forged_fault_signal_does_not_outlive_the_run(temporal_server, tmp_path):
+    asyncio.run(_forged_fault(temporal_server.address, tmp_path))
+
+
+async def _forged_fault(address, tmp_path):
+    """Anyone who can reach the server can signal a run: a malformed or oversized fault is dropped, a
+    well-formed one about an activity that is not failing shows while the run goes on, and clears when
+    the run ends."""
+    tq, gq = queues()
+    spec = {**GOOD, "budgets": {"max_tool_calls": 1}, "gpu_task_queue": gq}
+    forged = {"activity": names.AGENT_TURN, "attempt": 3, "message": "forged: the model is down",
+              "since": "2024-01-01T00:00:00Z"}
+    async with workers(address, tq, gq, tmp_path / "artifacts", gpu=False) as client:
+        # no evaluation worker yet: the run waits on its first profile, RUNNING
+        handle = await client.start_workflow(names.WORKFLOW_TYPE, spec, id=f"fault-{uuid.uuid4().hex[:10]}",
+                                             task_queue=tq)
+        for raw in ({**forged, "activity": "rm -rf /"}, {**forged, "attempt": 10**12}, {**forged, "message": "x" * 5000},
+                    {"activity": names.AGENT_TURN}, "junk", [1, 2]):
+            await handle.signal(names.FAULT_SIGNAL, raw)
+        await asyncio.sleep(2.0)
+        assert (await handle.query("status", result_type=RunStatus)).fault is None
+        await handle.signal(names.FAULT_SIGNAL, forged)
+        deadline = time.monotonic() + 60
+        while (status := await handle.query("status", result_type=RunStatus)).fault is None:
+            assert time.monotonic() < deadline, "the well-formed fault never showed"
+            await asyncio.sleep(0.5)
+        assert status.fault.message == forged["message"]
+        async with workers(address, tq, gq, tmp_path / "artifacts", control=False):
+            await asyncio.wait_for(handle.result(), 300)
+        after = await handle.query("status", result_type=RunStatus)
+    assert after.phase == "finished" and after.fault is None

@@ -1,7 +1,8 @@
 """The shipped `tuned` KDA kernel on the CPU (Triton interpreter): judged by the evaluator at the
 smoke shapes and at odd tiny ones (T=1, T below and just past a chunk), and checked directly against
-the fp32 reference in fp32 on inputs the evaluator never draws (hard gates, identical keys), with
-knobs set so that every loop of the kernels runs more than once."""
+the fp32 reference in fp32 on inputs the evaluator never draws (hard gates, identical keys, slow
+gates that carry the state across segments), with knobs set so that every loop of the kernels runs
+more than once."""
 import importlib.util
 import os
 
@@ -86,6 +87,42 @@ def test_fp32_against_reference(tuned, case, wq, order, monkeypatch):
     assert compare(out, ref)[0] < 1e-3
 
 
+def _slow_gates(inp):
+    """Gates in -U(0, 0.02): the state outlives many chunks (the generator's gates forget it within one)."""
+    inp["g"] = -0.02 * torch.rand(inp["g"].shape, generator=torch.Generator().manual_seed(1)).to(inp["g"].device)
+    return inp
+
+
+# The sequence cut into segments (context parallelism, tuned._segments): each segment's entering state is
+# combined from the earlier segments' end states and transitions. Under the generator's gates the state
+# hardly outlives a chunk, so a wrong combine would pass them; slow gates make the carried state matter,
+# and the test checks first that they do (the last segment alone, from a zero state, is far off).
+@pytest.mark.parametrize("segs", [2, 3, 5])
+@pytest.mark.parametrize("case", ["slow gates", "g=-10", "g=0, one key, beta 0.99"])
+def test_fp32_segments_against_reference(tuned, case, segs, monkeypatch):
+    from kernels.problems.kda.reference import make_inputs, reference
+    for knob, value in (("CP_SEGS", segs), ("CP_MIN_CHUNKS", 1), ("CP_BV", 16), ("CP_TBV", 16)):
+        monkeypatch.setitem(tuned.CONFIG, knob, value)
+    shape = {"B": 1, "T": 300, "H": 2, "K": 32, "V": 32}  # 5 chunks, the last partial
+    assert tuned._segments(1, 2, 5, 32, 132) == segs
+    inp = make_inputs(shape, 0, "cpu", torch.float32)
+    if case == "slow gates":
+        inp = _slow_gates(inp)
+    elif case == "g=-10":
+        inp["g"] = torch.full_like(inp["g"], -10.0)
+    else:
+        inp["g"] = torch.zeros_like(inp["g"])
+        inp["k"] = inp["k"][:, :1].expand_as(inp["k"]).contiguous()
+        inp["beta"] = torch.full_like(inp["beta"], 0.99)
+    ref = reference(**inp)
+    if case == "slow gates":
+        tail = {name: x[:, 256:] if torch.is_tensor(x) else x for name, x in inp.items()}
+        assert compare(reference(**tail), ref[:, 256:])[0] > 0.05
+    out = tuned.kda(**inp)
+    assert torch.isfinite(out).all()
+    assert compare(out, ref)[0] < 1e-3
+
+
 # On a GPU only: the interpreter computes in fp32 and cannot see a bad bf16 compile. The scan compiled
 # for one chunk (NT == 1) gave wrong rows 16-63 on the H200 at every T from 17 to 64,
 # while the CPU tests above passed.
@@ -104,3 +141,24 @@ def test_bf16_on_gpu_one_chunk_and_odd_lengths(T, H):
         assert torch.isfinite(out).all()
         rel = compare(out, ref)[0]
         assert rel < limit, f"T={T} H={H} seed {seed}: rel err {rel:.3g}"
+
+
+# The segments on the GPU in bf16, at shapes where the shipped CONFIG splits the sequence: the three gate
+# cases and slow gates (the carried state matters), against the fp64 reference.
+@pytest.mark.skipif(not CUDA, reason="needs a GPU: the bf16 compile of the segment kernels")
+@pytest.mark.parametrize("B, T, H", [(1, 8192, 8), (2, 1000, 1), (1, 4095, 4), (1, 2000, 16)])
+def test_bf16_on_gpu_segments(B, T, H):
+    from kernels.problems.kda.reference import make_inputs, reference
+    mod = _load_tuned("kda_tuned_shipped_gpu_segments")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert mod._segments(B, H, -(-T // mod.CHUNK), 128, sms) > 1
+    limit = SPEC.tolerances["bfloat16"].rel
+    for seed in range(4):  # the three gate cases, then slow gates
+        inp = make_inputs({"B": B, "T": T, "H": H, "K": 128, "V": 128}, seed, "cuda", torch.bfloat16)
+        if seed == 3:
+            inp = _slow_gates(inp)
+        out = mod.kda(**inp).float()
+        ref = reference(**inp)
+        assert torch.isfinite(out).all()
+        rel = compare(out, ref)[0]
+        assert rel < limit, f"B={B} T={T} H={H} seed {seed}: rel err {rel:.3g}"

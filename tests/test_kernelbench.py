@@ -124,6 +124,9 @@ def test_the_fence_self_test_kernel_passes():
     ("import torch\n\ndef get_inputs():\n    return []\n\ndef get_init_inputs():\n    return []\n", "no class Model"),
     ("class Model:\n    pass\n\ndef get_init_inputs():\n    return []\n", "no get_inputs()"),
     ("class Model(:\n", "syntax error at line 1"),
+    # FLOPS is evaluated outside the problem's fences (the roofline): arithmetic over the dimensions only
+    (SOFTPLUS + 'FLOPS = "().__class__.__base__.__subclasses__()"\n', "FLOPS may use the dimensions"),
+    (SOFTPLUS + 'FLOPS = "rows * __import__(\'os\').getpid()"\n', "FLOPS may use the dimensions"),
 ])
 def test_bad_problem_files_are_named_and_refused(tmp_path, text, says):
     path = tmp_path / "mine.py"

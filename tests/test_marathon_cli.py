@@ -33,7 +33,11 @@ def test_marathon_run_tuner_end_to_end_json(tmp_path):
     assert best["attempt"] in (0, 1, 2) and best["verdict"]["problem"] == "mla_decode"
     configs = [a["config"] for a in report["ledger"]]
     assert len({json.dumps(c, sort_keys=True) for c in configs}) == 3  # three distinct configurations
+    # on a CPU the best is the correct kernel with the lowest interpreter time, not the highest (noisy) speedup
+    ok = [(e["latency_us"], a["n"]) for a in report["ledger"] for e in a["evals"] if e["status"] == "ok"]
+    assert best["attempt"] == min(ok)[1]
     assert "profile attempt 0" in out.stderr  # live progress went to stderr
+    assert "CPU: every time here is the Triton interpreter's on a CPU" in out.stderr
     # the report folder, written by the run itself: in the JSON, and the last line on stderr
     html = Path(report["report"])
     assert html == tmp_path / "reports" / report["workflow_id"] / "report.html" and html.is_file()

@@ -70,10 +70,29 @@ def test_more_splits_than_rows():
 
 def test_broken_merge_is_incorrect():
     # the classic split-KV bug: average the splits instead of weighing them by their softmax mass
-    old, new = "w = tl.math.exp2(lse - m_max)", "w = tl.where(s_ok, 1.0, 0.0)"
+    old, new = "w = tl.math.exp2(lse - m_new)", "w = tl.where(s_ok, 1.0, 0.0)"
     assert old in TUNED
     source = forced_splits().replace(old, new)
     v = judge(source, shapes=[{"B": 1, "H": 3, "S": 77}])
+    assert v.status == "incorrect", v.reason
+
+
+def test_input_dtype_workspace_and_a_merge_over_several_chunks():
+    # partial outputs in the input's dtype (fp16 on the CPU); 64 fixed splits of 16 rows over 600 rows
+    # (38 with rows, 26 empty), merged 16 at a time (MERGE_BLOCK_D 512): four chunks, the last empty
+    source = forced_splits(WORKSPACE="input", SMALL_WORKSPACE="input", NUM_SPLITS=64, MERGE_BLOCK_D=512)
+    v = judge(source, shapes=[{"B": 1, "H": 8, "S": 600}])
+    assert v.status == "ok", v.reason + v.log_tail
+    assert any(k.endswith("_mla_merge_kernel") for k in v.kernels_launched)
+
+
+def test_merge_that_forgets_a_larger_maximum_is_incorrect():
+    # the one-pass merge must rescale what it summed when a later chunk of splits holds a larger
+    # log-sum-exp; with 8 heads and 3 seeds, chunk 0 holds every maximum with odds below 1e-8
+    old = "acc = acc * rescale + tl.sum("
+    assert TUNED.count(old) == 1
+    source = forced_splits(NUM_SPLITS=64, MERGE_BLOCK_D=512).replace(old, "acc = acc + tl.sum(")
+    v = judge(source, shapes=[{"B": 1, "H": 8, "S": 600}])
     assert v.status == "incorrect", v.reason
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import html as markup
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -18,8 +20,8 @@ import pytest
 
 from serving.dev_server import DevServer
 from activities.artifacts import ArtifactStore
-from docs.report_screenshot import browser, screenshot
-from fake_openai import FakeOpenAI, completion, error
+from docs.report_screenshot import browser, dump_dom, screenshot
+from serving.scripted_model import FakeOpenAI, completion, error
 from kernels.problems.spec import resolve_problem
 from marathon_support import ROOT, STARTER_MLA, mla_variant, mla_wrong, queues, start, workers
 from reports import local
@@ -95,13 +97,14 @@ def test_report_of_a_scripted_run(scripted):
     best_verdict = json.loads((folder / "best_verdict.json").read_text())
     assert best_verdict == json.loads(report.best.verdict.model_dump_json())
     assert report.best.attempt == facts.best.attempt
-    html = (folder / "report.html").read_text()
+    html = markup.unescape((folder / "report.html").read_text())
     md = (folder / "report.md").read_text()
-    for text in (html, md):
-        assert f"best: attempt {report.best.attempt} at {report.best.speedup:.4g}x" in text
+    for text in (html, md):  # a CPU run: the best by its interpreter time, no speed claimed
+        assert f"best: attempt {report.best.attempt} (" in text and "in the CPU's interpreter" in text
+        assert "CPU run: its times mean nothing." in text
         assert "agent_turn: attempt 2" in text  # the 429'd model call, retried
     assert 'id="progress"' in html and "data:image/png;base64," in html and "http" not in html.split("<body>")[0]
-    assert html.count('<tr><td class="num">') >= 3  # the attempts table
+    assert html.count('<tr class="attempt') == 3  # the attempts table
     notebook = (folder / "notebook.md").read_text()
     assert "profile attempt 1: incorrect" in notebook and "finished:" in notebook
 
@@ -176,6 +179,39 @@ def test_report_in_headless_chromium(scripted, tmp_path):
     assert len(colours) > 50, "a blank page"
     curve = sum(n for n, (r, g, b) in colours if abs(r - 0x0D) < 20 and abs(g - 0x47) < 20 and abs(b - 0xA1) < 20)
     assert curve > 500, f"the progress curve is not on the page ({curve} pixels)"
+
+
+def _text(dom: str) -> str:
+    """What the reader sees of a DOM: its text, tags dropped, entities read."""
+    return markup.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom)))
+
+
+@pytest.mark.skipif(browser() is None, reason="no chromium installed")
+def test_the_pages_labels_in_headless_chromium(scripted, tmp_path):
+    """The CPU run's page and a GPU verdict's, as Chromium loaded them: each figure says what it is."""
+    _, report, facts, folder = scripted
+    cpu_dom = dump_dom(folder / "report.html")
+    cpu = _text(cpu_dom)
+    assert 'id="cpu-banner"' in cpu_dom and "CPU run: its times mean nothing." in cpu
+    assert cpu.index("CPU run: its times mean nothing.") < cpu.index(f"best: attempt {report.best.attempt}")
+    assert "Every time here is the Triton interpreter's on a CPU: it says nothing about speed on a GPU" in cpu
+    assert "in the CPU's interpreter, geometric mean over" in cpu  # the headline: what the best's figure is
+    assert "speedup (worst shape, strongest baseline)" in cpu and "latency (geometric mean over shapes)" in cpu
+    assert "<details>" in cpu_dom and "hover for each shape's" in cpu  # reasons in full, shapes on hover
+    assert ", CPU: 3" in cpu  # the worker by host and device
+    latencies = re.findall(r'<td class="num"[^>]*title="[^"]*">([^<]*)</td>', cpu_dom)  # the attempts' latencies
+    timed = [x for x in latencies if x]  # (the wrong kernel's attempt is untimed)
+    assert len(timed) == 2 and all(re.fullmatch(r"\d+(\.\d+)? (ns|µs|ms|s)", x) for x in timed), latencies
+    assert "roofline" not in cpu and "floor" not in cpu  # empty on a CPU: not shown
+
+    gpu = _text(dump_dom(gpu_report(tmp_path / "gpu")))
+    v = gpu_verdict()
+    assert "CPU run" not in gpu
+    assert f"at {v.best_speedup():.3g}x against torch_compile (its worst shape, against the strongest baseline)" in gpu
+    assert "latency floor roofline baselines speedup" in gpu  # the best's table, with its GPU-only columns
+    assert "and the roofline floor, per shape" in gpu and "h200, GPU 0 (NVIDIA H200): 1" in gpu
+    r = v.shapes[0]
+    assert f"{r.latency_us / 1000:.3g} ms" in gpu or f"{r.latency_us:.3g} µs" in gpu
 
 
 # ------------------------------------------------------------------ three runs of two problems
@@ -259,40 +295,58 @@ def test_runs_lists_three_runs_of_two_problems(three_runs):
     assert unknown == "no run 'never-started'"
 
 
-def test_report_of_a_gpu_verdict(tmp_path):
-    """The parts only a GPU run fills: the GPU and driver in best_kernel.py's header, a judge-again command
-    on CUDA, the roofline floor per shape, Nsight Compute figures. From an H200 verdict the repository
-    keeps (bench/results), rendered without a server."""
+def gpu_verdict():
+    from kernels.evaluator.verdict import Verdict
+    record = json.loads((ROOT / "bench" / "results" / "h200" / "mla_decode_starter_tuner.json").read_text())
+    return Verdict.model_validate(record["verdict"])
+
+
+def gpu_report(out):
+    """The report folder of a one-attempt run judged by an H200 verdict the repository keeps (bench/results),
+    written without a server; returns report.html."""
     from datetime import datetime, timezone
 
-    from kernels.evaluator.verdict import Verdict
-    from reports.collect import AttemptRow, EvalPoint, RunFacts
+    from reports.collect import AttemptRow, EvalPoint, RunFacts, ShapeFigure
     from reports.render import write_report
     from workflows.models import BestReport
 
-    record = json.loads((ROOT / "bench" / "results" / "h200" / "mla_decode_starter_tuner.json").read_text())
-    v = Verdict.model_validate(record["verdict"])
-    assert v.gpu is not None and any(r.floor_us for r in v.shapes)
+    v = gpu_verdict()
     speedup = v.best_speedup()
     now = datetime.now(timezone.utc)
     ncu = {"_mla_decode_kernel": {"dram__throughput.avg.pct_of_peak_sustained_elapsed": 41.5}}
     facts = RunFacts(workflow_id="gpu-run", run_ids=["r1"], problem="mla_decode", policy="tuner",
                      temporal_status="COMPLETED", finished=True, phase="finished", started_at=now, ended_at=now,
-                     generated_at=now, hours=0.1, tool_calls=3, device="cuda",
-                     attempts=[AttemptRow(n=0, origin="start", tool_call=0, status="ok", speedup=speedup,
-                                          baseline="torch_compile", evaluations=1, hours=0.05)],
+                     generated_at=now, hours=0.1, tool_calls=3, device="cuda", timed=True,
+                     shapes=[r.shape for r in v.shapes], baselines=sorted(v.shapes[0].baselines),
+                     attempts=[AttemptRow(n=0, origin="start", tool_call=0, status="ok", speedup=speedup, reason=v.reason,
+                                          baseline="torch_compile", evaluations=1, hours=0.05,
+                                          latency_us=v.shapes[0].latency_us,
+                                          shapes=[ShapeFigure.of(r) for r in v.shapes])],
                      evaluations=[EvalPoint(attempt=0, tool="profile_kernel", mode="full", status="ok", reason=v.reason,
                                             tool_call=1, hours=0.05, speedup=speedup)],
                      best=BestReport(attempt=0, source=STARTER_MLA, sha256="0" * 64, speedup=speedup, verdict=v),
-                     best_source=STARTER_MLA, start_source=STARTER_MLA, best_ncu=ncu)
-    html_path = write_report(facts, tmp_path / "gpu")
+                     best_source=STARTER_MLA, start_source=STARTER_MLA, best_ncu=ncu,
+                     evaluations_by_worker={"h200, GPU 0 (NVIDIA H200)": 1})
+    return write_report(facts, out)
+
+
+def test_report_of_a_gpu_verdict(tmp_path):
+    """The parts only a GPU run fills: the GPU and driver in best_kernel.py's header, a judge-again command
+    on CUDA, the roofline floor per shape, Nsight Compute figures."""
+    from reports.fmt import duration_us
+
+    v = gpu_verdict()
+    assert v.gpu is not None and any(r.floor_us for r in v.shapes)
+    html_path = gpu_report(tmp_path / "gpu")
     header = (tmp_path / "gpu" / "best_kernel.py").read_text().split('"""', 1)[0]
     assert f"GPU: {v.gpu.name}, driver {v.gpu.driver}" in header and "--device cuda" in header
     assert f"torch {v.versions['torch']}, triton {v.versions['triton']}" in header
-    html = html_path.read_text()
+    html = markup.unescape(html_path.read_text())
     assert 'id="shapes"' in html and "dram__throughput.avg.pct_of_peak_sustained_elapsed" in html
     for r in v.shapes:
-        assert f"{r.floor_us:.2f}" in html and f"{r.latency_us:.2f}" in html
+        assert f'data-us="{r.floor_us}">{duration_us(r.floor_us)}' in html
+        assert f'data-us="{r.latency_us}">{duration_us(r.latency_us)}' in html
+    assert 'id="cpu-banner"' not in html
     assert "The best kernel is the starting kernel, unchanged." in html
 
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from fake_openai import FakeOpenAI, completion
+from serving.scripted_model import FakeOpenAI, completion
 from marathon_support import fake_model_spec, mla_variant, queues, start, workers
 from workflows import names
 from workflows.models import Attempt, BestReport, Budgets, Extension, RunStatus

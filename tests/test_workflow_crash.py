@@ -12,8 +12,9 @@ import time
 import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 
-from fake_openai import FakeOpenAI, completion
-from marathon_support import mla_variant, queues, spawn_worker, start, stop_process
+from serving.scripted_model import FakeOpenAI, completion
+from marathon_support import mla_variant, queues, start
+from serving.chaos import spawn_worker, stop_process
 from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec, ToolCallRecord
 import worker as worker_module
 

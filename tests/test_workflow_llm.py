@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from fake_openai import FakeOpenAI, completion, error
+from serving.scripted_model import FakeOpenAI, completion, error
 from marathon_support import mla_variant, mla_wrong, queues, start, workers
 from workflows.models import Attempt, Budgets, EvalSettings, ModelSettings, RunSpec, ToolCallRecord
 from workflows.toolspec import TOOLS

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from compaction.prompt import estimate_tokens, tools_tokens
-from fake_openai import FakeOpenAI, Reply, completion
+from serving.scripted_model import FakeOpenAI, Reply, completion
 from marathon_support import fake_model_spec, mla_variant, queues, segments, start, workers
 from workflows.models import Budgets, RunSpec, ToolCallRecord
 from workflows.toolspec import TOOLS

@@ -1,4 +1,4 @@
-"""Replay: recorded histories (tests/histories/, written by tests/histories/record.py) run through Temporal's
+"""Replay: recorded histories (tests/histories/, written by tests/record_histories.py) run through Temporal's
 Replayer against today's workflow code. A failure here means the workflow's decisions changed for
 histories that already exist: runs in flight would break on a worker upgrade. Re-record only for an
 intended change, and only when no run of the old code needs to continue."""
@@ -21,13 +21,15 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*_segment*.json")
 def test_histories_are_recorded():
     names = {p.name for p in HISTORIES}
     assert {"llm_segment0.json", "llm_segment1.json", "tuner_segment0.json", "tuner_parallel_segment0.json",
-            "islands_segment0.json", "islands_agent1_segment0.json", "islands_agent2_segment0.json"} <= names
+            "islands_segment0.json", "islands_agent1_segment0.json", "islands_agent2_segment0.json",
+            "islands_verified_segment0.json", "islands_verified_agent1_segment0.json",
+            "islands_verified_agent2_segment0.json"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 def test_replay(path):
     raw = json.loads(path.read_text())
-    # the id it was recorded under (record.py): a run's commands name it, e.g. its agents' child workflow ids
+    # the id it was recorded under (record_histories.py): a run's commands name it, e.g. its agents' child workflow ids
     history = WorkflowHistory.from_json("replay-" + path.stem.rsplit("_segment", 1)[0].replace("_", "-"), raw)
     types = {e.get("eventType") for e in raw["events"]}
     assert "EVENT_TYPE_ACTIVITY_TASK_COMPLETED" in types

@@ -8,10 +8,14 @@ import shutil
 import subprocess
 import sys
 import uuid
+from datetime import datetime, timezone
 
 import pytest
 
+from cli.suite import stop_reasons
+from cli.tables import suite_report_table
 from marathon_support import ROOT, queues, workers
+from reports.runs import STARTED_BY, rows_from
 from workflows import names
 from workflows.models import Budgets, EvalSettings, RunSpec
 from workflows.suite import SuiteEntry, SuiteReport, SuiteSpec, score
@@ -40,7 +44,7 @@ async def _suite(address: str, tmp_path) -> None:
     parent = f"suite-{uuid.uuid4().hex[:8]}"
     async with workers(address, tq, gq, tmp_path / "artifacts") as client:
         handle = await client.start_workflow(names.SUITE_WORKFLOW_TYPE, spec, id=parent, task_queue=tq,
-                                             result_type=SuiteReport)
+                                             result_type=SuiteReport, memo={STARTED_BY: "alice@box"})
         report = await asyncio.wait_for(handle.result(), 360)
         status = {e.problem: e.status for e in report.problems}
         assert status == {"silu_scale": "ok", "rms_norm": "no kernel", "linear_gelu": "ok"}  # its one kernel is wrong
@@ -51,6 +55,14 @@ async def _suite(address: str, tmp_path) -> None:
             desc = await client.get_workflow_handle(e.workflow_id).describe()
             assert desc.workflow_type == names.WORKFLOW_TYPE
             assert desc.raw_description.workflow_execution_info.parent_execution.workflow_id == parent
+        # the CLI's table: why each problem's run stopped, from its own result; whose runs they are
+        stopped = await stop_reasons(client, report)
+        rows = {line.split()[0]: line for line in suite_report_table(report, stopped).splitlines()[2:-1]}
+        for e in report.problems:
+            assert stopped[e.workflow_id] and stopped[e.workflow_id] in rows[e.problem], rows[e.problem]
+        listed = await rows_from(client, f"WorkflowType = '{names.WORKFLOW_TYPE}'", address, datetime.now(timezone.utc))
+        assert {r.workflow_id: r.started_by for r in listed if r.workflow_id.startswith(parent)} == {
+            e.workflow_id: "alice@box" for e in report.problems}  # a suite's runs: its starter's
 
 
 def test_scoring():

@@ -1,8 +1,9 @@
 """Names shared by the workflow, the workers and the CLI: task queues, activity names, search attributes.
-Pure: the workflow refers to activities by these strings only."""
+Pure: the workflow refers to activities by these strings only, and the CLI's lightest commands import
+it (the search-attribute keys, which need temporalio, are made on first use)."""
 from __future__ import annotations
 
-from temporalio.common import SearchAttributeKey
+from typing import Any
 
 WORKFLOW_TYPE = "KernelOptimization"
 SUITE_WORKFLOW_TYPE = "KernelSuite"  # workflows/suite.py: one KernelOptimization child per problem
@@ -14,6 +15,9 @@ PREPARE_RUN = "prepare_run"
 AGENT_TURN = "agent_turn"
 COMPACT = "compact"  # activities/compaction.py
 NOTEBOOK = "notebook"  # a local activity: one line of the lab notebook
+# the verdict this run's own evaluations recorded for a source (islands: a best an agent claims is taken
+# only once it is found there)
+FIND_VERDICT = "find_verdict"
 WRITE_KERNEL, EDIT_KERNEL, SHOW_KERNEL, LIST_ATTEMPTS, NOTE = (
     "write_kernel", "edit_kernel", "show_kernel", "list_attempts", "note")
 # activities on GPU_TASK_QUEUE
@@ -22,11 +26,16 @@ COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL = "compile_kernel", "test_kernel", "
 TOOL_NAMES = (WRITE_KERNEL, EDIT_KERNEL, COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL, SHOW_KERNEL, LIST_ATTEMPTS,
               NOTE)
 EVAL_TOOLS = (COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL)
+ACTIVITY_NAMES = (PREPARE_RUN, AGENT_TURN, COMPACT, NOTEBOOK, FIND_VERDICT, *TOOL_NAMES)
 
 # workflow.patched() ids: histories recorded before a change replay without it
 PATCH_SWEEP_BEST = "sweep-check-of-the-best"
 PATCH_FAULT_REPORTS = "fault-reports"  # a failed tool call in the notebook; a refused API key ends the run
 PATCH_CONCURRENT_EVALS = "concurrent-evaluations"  # a reply's evaluation calls run at once, up to eval.parallel
+PATCH_UNTIMED_RANKING = "untimed-ranking"  # on a CPU the best and the tuner rank by interpreter time, not speedup
+# islands: a best another agent claims is looked up among the run's recorded verdicts before it is taken
+PATCH_VERIFIED_BESTS = "bests-verified-against-recorded-verdicts"
+PATCH_TOKEN_SCALE = "server-token-count"  # the context budget scaled by the server's count of the prompts
 
 # the signal an activity sends its workflow when an attempt failed and Temporal will retry it
 FAULT_SIGNAL = "activity_fault"
@@ -35,13 +44,22 @@ AGENT_NEWS_SIGNAL = "agent_news"
 
 # custom search attributes: `marathon dev` registers them; the Web UI filters runs by them, e.g.
 #   MarathonProblem = "kda" AND MarathonBestSpeedup > 1.2
-SA_PROBLEM = SearchAttributeKey.for_keyword("MarathonProblem")
-SA_POLICY = SearchAttributeKey.for_keyword("MarathonPolicy")
-SA_BEST_SPEEDUP = SearchAttributeKey.for_float("MarathonBestSpeedup")
-SA_TOOL_CALLS = SearchAttributeKey.for_int("MarathonToolCalls")
 SEARCH_ATTRIBUTES = {  # name -> the type `temporal server start-dev --search-attribute` takes
     "MarathonProblem": "Keyword",
     "MarathonPolicy": "Keyword",
     "MarathonBestSpeedup": "Double",
     "MarathonToolCalls": "Int",
 }
+# their typed keys (temporalio.common.SearchAttributeKey): names.SA_PROBLEM, ...
+_SA_KEYS = {"SA_PROBLEM": ("for_keyword", "MarathonProblem"), "SA_POLICY": ("for_keyword", "MarathonPolicy"),
+            "SA_BEST_SPEEDUP": ("for_float", "MarathonBestSpeedup"), "SA_TOOL_CALLS": ("for_int", "MarathonToolCalls")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SA_KEYS:
+        from temporalio.common import SearchAttributeKey
+        make, attribute = _SA_KEYS[name]
+        key = getattr(SearchAttributeKey, make)(attribute)
+        globals()[name] = key
+        return key
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

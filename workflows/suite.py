@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from temporalio import workflow
-from temporalio.exceptions import ChildWorkflowError
+from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
-from workflows import names
-from workflows.models import RunReport, RunSpec
+from workflows import limits, names
+from workflows.models import RunReport, RunSpec, describe_invalid
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 EAGER = "eager"  # the baseline fast_p is measured against (a file problem's Model in eager mode)
@@ -21,8 +22,8 @@ EAGER = "eager"  # the baseline fast_p is measured against (a file problem's Mod
 
 class SuiteSpec(BaseModel):
     """The suite workflow's input: the runs, whole (each problem's source travels inside its RunSpec)."""
-    runs: list[RunSpec] = Field(min_length=1)
-    parallel: int = Field(default=1, ge=1, le=64)  # child runs at once
+    runs: list[RunSpec] = Field(min_length=1, max_length=limits.MAX_SUITE_RUNS)
+    parallel: int = Field(default=1, ge=1, le=limits.MAX_PARALLEL)  # child runs at once
 
 
 class SuiteEntry(BaseModel):
@@ -75,8 +76,15 @@ class KernelSuite:
     def __init__(self) -> None:
         self.done: list[SuiteEntry] = []
 
+    # the input arrives as plain JSON and is validated here (as KernelOptimization's is): a bad one fails
+    # the suite at once, naming the field, rather than its workflow task for ever
     @workflow.run
-    async def run(self, spec: SuiteSpec) -> SuiteReport:
+    async def run(self, raw: Any) -> SuiteReport:
+        try:
+            spec = SuiteSpec.model_validate(raw)
+        except ValidationError as err:
+            raise ApplicationError(f"bad suite input: {describe_invalid(err)}", type="BadSuiteSpec",
+                                   non_retryable=True) from None
         parent = workflow.info().workflow_id
         gate = asyncio.Semaphore(spec.parallel)
 

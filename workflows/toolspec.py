@@ -76,8 +76,39 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
+# A task's run (tasks/) offers the same tools under names that say what they do there; the dispatch
+# maps them to the canonical ones, so the activities and the history are the same for both.
+TASK_ALIASES = {"write_files": names.WRITE_KERNEL, "edit_files": names.EDIT_KERNEL, "check_guard": names.TEST_KERNEL,
+                "measure": names.PROFILE_KERNEL, "show_files": names.SHOW_KERNEL}
+
+TASK_TOOLS: list[dict[str, Any]] = [
+    _fn("write_files", "Replace the current candidate with a new text of files: each file you change under its own "
+        "line `### file: <path>`, then its whole content (a file you leave out keeps the task's version). It "
+        "becomes a new attempt; nothing is measured until you check or measure it.",
+        {"source": {"type": "string", "description": "the files, each under its '### file: <path>' line"}}, ["source"]),
+    _fn("edit_files", "Search and replace in the current candidate's text: `old` must occur exactly once, "
+        "whitespace included. The result becomes a new attempt.",
+        {"old": {"type": "string"}, "new": {"type": "string"}}, ["old", "new"]),
+    _fn("check_guard", "Run the task's guard (its tests) on the current candidate, in a fresh copy of the task.", {}, []),
+    _fn("measure", "Run the guard, then measure the task's figure for the current candidate and for the task's own "
+        "files in the same call, runs interleaved. Only a measured ok candidate can become the best.", {}, []),
+    _fn("show_files", "Show the text of an attempt (default: the current candidate; -1: the best).",
+        {"attempt": {"type": "integer"}}, []),
+    *[t for t in TOOLS if t["function"]["name"] in (names.LIST_ATTEMPTS, names.NOTE)],
+]
+
+
+def canonical(name: str) -> str:
+    """The tool a name stands for (a task's name for it, or itself)."""
+    return TASK_ALIASES.get(name, name)
+
+
+def tools_for(task: bool) -> list[dict[str, Any]]:
+    return TASK_TOOLS if task else TOOLS
+
+
 def _signature(name: str) -> str:
-    props = next(t["function"]["parameters"]["properties"] for t in TOOLS if t["function"]["name"] == name)
+    props = next(t["function"]["parameters"]["properties"] for t in TOOLS + TASK_TOOLS if t["function"]["name"] == name)
     return "{" + ", ".join(f'"{k}": {v["type"]}' for k, v in props.items()) + "}"
 
 

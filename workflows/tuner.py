@@ -1,4 +1,5 @@
-"""The `tuner` policy: no model, pure and deterministic, so it runs inside the workflow.
+"""The tuner's search: no model, pure and deterministic, so it runs inside the workflow (the `tuner`
+policy, workflows/tuner_policy.py, writes and profiles what it proposes).
 
 It explores the TUNABLES a kernel declares (kernels/problems/tunables.py) by hill-climbing on what it measures (1/speedup against the strongest baseline, else latency):
   - the incumbent is the fastest configuration profiled OK so far (the starting CONFIG until then);
@@ -56,7 +57,7 @@ def _ok(trials: list[TunerTrial]) -> list[TunerTrial]:
 
 
 def cost(trials: list[TunerTrial]):
-    """What the tuner minimises, the workflow's own yardstick for the best kernel: 1/speedup against
+    """What the tuner minimises, the workflow's own yardstick (workflows/yardstick.py) as a cost: 1/speedup against
     the strongest baseline when every OK profile has one (baselines timed in the same run absorb drift
     of the machine), else the latency."""
     ok = _ok(trials)

@@ -2,10 +2,10 @@
 
 Timing a baseline is most of an evaluation's cost when the baseline is slow to start: FLA's
 `chunk_kda` autotunes its kernels in every fresh judge process, which took 86 of a KDA profile's
-121 s on an H200 (tuner_kda_h200.json @e23e9d6, `phases_s`). A marathon profiles the same
-shapes hundreds of times, so the worker keeps each baseline figure for `ttl_s` and hands it to the
-judge with the request (EvalRequest.known_baselines); the judge reuses a matching figure instead of
-timing the baseline again, and the verdict names every reused figure and its age
+121 s on an H200 (kernels/problems/kda/NOTES.md, "The shipped tuned kernel against FLA"). A marathon
+profiles the same shapes hundreds of times, so the worker keeps each baseline figure for `ttl_s` and
+hands it to the judge with the request (EvalRequest.known_baselines); the judge reuses a matching
+figure instead of timing the baseline again, and the verdict names every reused figure and its age
 (ShapeResult.baselines_reused). After `ttl_s` the next evaluation times the baseline afresh, so a
 long run still follows the GPU's clocks and temperature; within a window, every candidate is
 compared with the same figure, which makes the tuner's ranking less noisy, not more.

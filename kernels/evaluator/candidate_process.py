@@ -18,16 +18,15 @@ import threading
 import time
 import traceback
 import types
-from collections import Counter
 
 import torch
 import triton
 import triton.language as tl
 from torch.utils._python_dispatch import TorchDispatchMode
-from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction, KernelInterface
 
-from kernels.evaluator import confinement, isolation, policy, timing
+from kernels.evaluator import confinement, policy, seal, timing
+from kernels.evaluator import fences as sandbox_fences
 
 CANDIDATE_MODULE = "candidate"
 # aten ops that only allocate, move, view or cast data: everything else is computation, which must
@@ -59,33 +58,43 @@ except ImportError:  # pragma: no cover - older Triton
     InterpretedFunction = None
 
 
-class Watch:
-    """Kernel launches, torch ops, streams, kernel arguments and threads during one candidate call."""
+class Channel:
+    """The reply channel: JSON lines carrying this run's nonce, each written whole by os.write under a
+    lock (record lines come from whatever thread launches a kernel or runs a torch op)."""
 
-    def __init__(self) -> None:
-        self.launched: list[str] = []
-        self.torch_ops: Counter[str] = Counter()
-        self.paused = 0  # > 0 while Triton's autotuner benchmarks: its torch use is Triton's own
-        self.in_launch = 0  # > 0 inside a Triton launch: its host buffers are not poisoned
-        self.disable_candidate_kernels = False
+    def __init__(self, fd: int, nonce: str) -> None:
+        self.fd, self.nonce = fd, nonce
+        self.lock = threading.Lock()
+
+    def send(self, obj: dict) -> None:
+        data = (json.dumps({**obj, "nonce": self.nonce}) + "\n").encode()
+        with self.lock:
+            while data:
+                data = data[os.write(self.fd, data):]
+
+
+class Recorder:
+    """The record of each candidate call, written to the channel as it happens (a line per kernel
+    launch, per computing torch op, per thread started, and a begin and an end marker per call): what
+    is written cannot be taken back, and the judge, not this process, tallies it. The harness's switches
+    for the call (poison byte, no-op launches) are here too, set by the harness around each call; none
+    of them turns any recording off."""
+
+    def __init__(self, channel: Channel, stack_owner) -> None:
+        self.channel = channel
+        self.stack_owner = stack_owner  # seal.Seal.stack_owner: who is innermost on the stack
         self.poison_byte: int | None = None  # fill of every tensor the candidate allocates, or None
+        self.noop = False  # the candidate's own kernels are not launched (the judge's no-op check)
         self.device_index: int | None = None  # CUDA: the device whose current stream is checked
-        self.stream: int | None = None  # the raw stream the call began on
-        self.side_streams: list[str] = []
-        self.odd_args: list[str] = []
-        self.threads_started = 0
+        self.stream: int | None = None  # the raw stream the current call began on
 
-    def reset(self) -> None:
-        self.launched.clear()
-        self.torch_ops.clear()
-        self.side_streams.clear()
-        self.odd_args.clear()
-        self.threads_started = 0
+    def send(self, **rec) -> None:
+        self.channel.send({"kind": "rec", **rec})
+
+    def begin(self, index: int) -> None:
         if self.device_index is not None and _raw_stream is not None:
             self.stream = _raw_stream(self.device_index)
-
-
-WATCH = Watch()
+        self.send(what="begin", call=index)
 
 
 def _kernel_name(fn) -> tuple[str, bool]:
@@ -110,68 +119,109 @@ def _odd_arg(value) -> str | None:
     return f"{type(value).__module__}.{type(value).__qualname__}"
 
 
-def _wrap_run(cls) -> None:
+def _wrap_run(cls, recorder: Recorder) -> None:
     """Every launch is recorded with its stream and its argument types. The launch itself is not
     exempt from the torch-op monitor: grid functions and pre-run hooks are the candidate's code."""
     original = cls.run
 
-    def run(self, *args, **kwargs):
-        if not kwargs.get("warmup", False):
-            name, own = _kernel_name(self)
-            WATCH.launched.append(name)
-            odd = [why for why in map(_odd_arg, list(args) + [v for k, v in kwargs.items() if k != "grid"]) if why]
-            if odd:  # refused: its methods would run inside Triton's argument binding
-                WATCH.odd_args.append(f"{name} got {', '.join(sorted(set(odd)))}")
-                return None
-            if WATCH.device_index is not None and _raw_stream is not None \
-                    and _raw_stream(WATCH.device_index) != WATCH.stream:
-                WATCH.side_streams.append(name)
-            if own and WATCH.disable_candidate_kernels:
-                return None
-        WATCH.in_launch += 1
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            WATCH.in_launch -= 1
+    def run(self, *args, _rec=recorder, _name=_kernel_name, _odd=_odd_arg, _orig=original, **kwargs):
+        if kwargs.get("warmup", False):
+            return _orig(self, *args, **kwargs)
+        name, own = _name(self)
+        odd = sorted({why for why in map(_odd, list(args) + [v for k, v in kwargs.items() if k != "grid"]) if why})
+        side = (_rec.device_index is not None and _raw_stream is not None
+                and _raw_stream(_rec.device_index) != _rec.stream)
+        _rec.send(what="launch", name=name, own=own, side=side, odd=odd)
+        if odd:  # refused: its methods would run inside Triton's argument binding
+            return None
+        if own and _rec.noop:
+            return None
+        return _orig(self, *args, **kwargs)
 
     cls.run = run
 
 
-def _wrap_autotuner() -> None:
-    """Only the benchmarking of configurations is exempt (events, cache flushes, statistics); the
-    user hooks around the real launch, and config pruning, are watched like any candidate code."""
-    original = Autotuner._bench
-
-    def _bench(self, *args, **kwargs):
-        WATCH.paused += 1
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            WATCH.paused -= 1
-
-    Autotuner._bench = _bench
-
-
-def _wrap_threads() -> None:
+def _wrap_threads(recorder: Recorder) -> None:
     original = threading.Thread.start
 
-    def start(self, *args, **kwargs):
-        WATCH.threads_started += 1
-        return original(self, *args, **kwargs)
+    def start(self, *args, _rec=recorder, _orig=original, **kwargs):
+        _rec.send(what="thread")
+        return _orig(self, *args, **kwargs)
 
     threading.Thread.start = start
 
 
-class TorchOpMonitor(TorchDispatchMode):
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        if WATCH.paused == 0 and name not in DATA_MOVEMENT_OPS:
-            WATCH.torch_ops[f"aten.{name}"] += 1
-        out = func(*args, **(kwargs or {}))
-        if (WATCH.poison_byte is not None and name in ALLOCATION_OPS and WATCH.in_launch == 0
-                and WATCH.paused == 0 and type(out) is torch.Tensor and out.numel()):
-            out.untyped_storage().fill_(WATCH.poison_byte)  # uninitialised memory is the poison
-        return out
+# Triton's benchmarking of autotuning configurations: its own torch use (cache flushes, statistics)
+# is not the candidate's; (file suffix, function) of the frames that mark it.
+TRITON_BENCH = (("triton/testing.py", "do_bench"), ("triton/testing.py", "do_bench_cudagraph"),
+                ("triton/runtime/autotuner.py", "_bench"))
+
+
+def make_monitor(recorder: Recorder, probe: torch.Tensor):
+    """The torch-op monitor's class. A computing op is recorded unless Triton's benchmarking, not the
+    candidate, is innermost on the stack (decided from the frames' code files, not from a switch). The
+    harness's probe op (on `probe`, which only it holds) ends each call: the judge requires that end
+    marker, so a monitor removed or bypassed for good shows as a record that stopped."""
+    data_ops, alloc_ops = DATA_MOVEMENT_OPS, ALLOCATION_OPS
+    owner = recorder.stack_owner
+    getframe = sys._getframe
+
+    class TorchOpMonitor(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if args and args[0] is probe:
+                recorder.send(what="probe")
+                return func(*args, **(kwargs or {}))
+            compute = name not in data_ops
+            poison = recorder.poison_byte if name in alloc_ops else None
+            who = owner(getframe(1), TRITON_BENCH) if compute or poison is not None else None
+            if compute and who != "triton-bench":
+                recorder.send(what="op", name=f"aten.{name}")
+            out = func(*args, **(kwargs or {}))
+            if poison is not None and who not in ("triton", "triton-bench") and type(out) is torch.Tensor and out.numel():
+                out.untyped_storage().fill_(poison)  # uninitialised memory is the poison
+            return out
+
+    return TorchOpMonitor
+
+
+def _mode_problems(monitor) -> list[str]:
+    """What a call left behind that would let later harness steps run candidate code or hide ops: a
+    torch function or dispatch mode of its own, torch functions disabled, the Python dispatch key
+    excluded."""
+    problems = []
+    if torch._C._len_torch_function_stack() != 0:
+        problems.append("a torch function mode is still active")
+    if torch._C._len_torch_dispatch_stack() != 1 or torch._C._get_dispatch_stack_at(0) is not monitor:
+        problems.append("the torch dispatch mode stack was changed")
+    if not torch._C._is_torch_function_enabled():
+        problems.append("torch functions are disabled")
+    if torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.Python):
+        problems.append("the Python dispatch key is excluded")
+    return problems
+
+
+class Around:
+    """One candidate call under the monitor: a begin marker, the monitor pushed; on the way out the
+    state check and the probe op, whose end marker closes the call in the record."""
+
+    def __init__(self, recorder: Recorder, monitor_cls, probe: torch.Tensor, index: int) -> None:
+        self.recorder, self.probe, self.index = recorder, probe, index
+        self.mode = monitor_cls()
+
+    def __enter__(self):
+        self.recorder.begin(self.index)
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        problems = _mode_problems(self.mode)
+        if not problems:  # (a mode of the candidate's would run its code on the probe)
+            self.probe.neg()  # through the monitor, if it is still there: its "probe" line
+        try:
+            return self.mode.__exit__(*exc)
+        finally:
+            self.recorder.send(what="end", call=self.index, problems=problems)
 
 
 def _digest(value, depth: int = 0) -> str:
@@ -223,6 +273,11 @@ def module_state(module) -> dict[str, str]:
             if not (name.startswith("__") and name.endswith("__"))}
 
 
+class _PassThrough(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
 @triton.jit
 def _warm_kernel(x_ptr, n, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
@@ -230,36 +285,54 @@ def _warm_kernel(x_ptr, n, BLOCK: tl.constexpr):
 
 
 def _warm_up(device: str) -> None:
-    """Compile and launch one kernel of ours first, so that Triton's own lazily imported modules
-    are in sys.modules before the snapshot the candidate's imports are compared with."""
+    """Compile and launch one kernel of ours, and enter a dispatch mode, first, so that Triton's and
+    torch's lazily imported modules are in sys.modules (and have made their changes to torch) before
+    the snapshots the candidate's imports and the harness's integrity are compared with."""
     x = torch.zeros(16, device=device)
     _warm_kernel[(1,)](x, 16, BLOCK=16)
+    with _PassThrough():  # a mode's first use imports torch._dynamo, which rebinds torch.manual_seed
+        x.neg()
     if device == "cuda":
         torch.cuda.synchronize()
 
 
 class CandidateServer:
-    """Serves the judge's commands (call, time, save_timed, forget) with the loaded candidate, one JSON
-    line per command on stdin, facts back on the reply channel."""
+    """Serves the judge's commands (call, time, save_timed, arm, fire, forget) with the loaded candidate,
+    one JSON line per command on stdin; replies and the calls' record go back on the channel."""
 
-    def __init__(self, fn, device: str, reply, module=None, base_threads: set[str] | None = None) -> None:
+    def __init__(self, fn, device: str, channel: Channel, recorder: Recorder, module=None,
+                 base_threads: set[str] | None = None, integrity=None) -> None:
         self.fn = fn
         self.base_threads = base_threads or set()  # Python threads alive before the candidate was imported
         self.device = device
-        self.reply = reply
+        self.channel = channel
+        self.recorder = recorder
+        self.probe = torch.zeros(1)
+        self.monitor = make_monitor(recorder, self.probe)
+        self.integrity = integrity  # seal.Integrity: the harness's modules and classes as sealed, or None
         self.module = module
         self.inputs: dict[str, dict] = {}
         self.keep: list[torch.Tensor] = []  # recent outputs stay alive so their memory is not reused
-        self.timed: dict[int, torch.Tensor] = {}  # outputs of the last timing run, until saved
+        self.timed: dict[int, torch.Tensor] = {}  # outputs of the last timing run (and clocked calls), until saved
+        self.armed: tuple | None = None  # a clocked call's inputs, made before the judge's clock starts
         self.state_base: dict[str, str] | None = None  # module state after a shape's first call
         # a file problem's run-time half (kernels/problems/kernelbench_runtime.py), whose inputs the timed calls use
         self.reference = getattr(fn, "reference", None)
+
+    def around(self, index: int) -> Around:
+        return Around(self.recorder, self.monitor, self.probe, index)
+
+    def tampered(self) -> list[str]:
+        return self.integrity.changes() if self.integrity is not None else []
 
     def _prepare(self, shape: dict | None, dtype: str | None) -> None:
         """A file problem's ModelNew is built for the shape before the call, outside the torch-op
         monitor: its constructor may draw parameters with torch, its forward may not compute."""
         if shape is not None and hasattr(self.fn, "prepare"):
             self.fn.prepare(shape, getattr(torch, dtype))
+
+    def _problem_reference(self, cmd: dict):
+        return self.reference or importlib.import_module(f"kernels.problems.{cmd['problem']}.reference")
 
     def load(self, path: str) -> dict:
         if path not in self.inputs:
@@ -275,15 +348,6 @@ class CandidateServer:
             t.fill_(byte)
             blocks.append(t)
         del blocks
-
-    def _begin(self, poison_byte: int | None, noop: bool = False) -> None:
-        WATCH.reset()
-        WATCH.poison_byte = poison_byte
-        WATCH.disable_candidate_kernels = noop
-
-    def _end(self) -> None:
-        WATCH.poison_byte = None
-        WATCH.disable_candidate_kernels = False
 
     def _state_changes(self) -> list[str]:
         """Module-level names whose state changed since this shape's first call: a cache of inputs,
@@ -312,16 +376,16 @@ class CandidateServer:
         if self.device == "cuda":
             torch.cuda.synchronize()
         threads_before = self.base_threads
-        self._begin(fill, noop=bool(cmd.get("noop")))
         modules_before = set(sys.modules)
+        self.recorder.poison_byte, self.recorder.noop = fill, bool(cmd.get("noop"))
         t0 = time.perf_counter()
         try:
-            with TorchOpMonitor():
+            with self.around(int(cmd.get("index", 0))):
                 out = self.fn(**inputs)
             if self.device == "cuda":
                 torch.cuda.synchronize()
         finally:
-            self._end()
+            self.recorder.poison_byte, self.recorder.noop = None, False
         seconds = time.perf_counter() - t0
         problem = _output_problem(out, tensors, expected_shape, expected_dtype, self.device)
         if problem is None and any(out.untyped_storage().data_ptr() == k.untyped_storage().data_ptr() for k in self.keep):
@@ -329,16 +393,12 @@ class CandidateServer:
         facts = {
             "kind": "called",
             "seconds": seconds,
-            "kernels": list(dict.fromkeys(WATCH.launched)),
-            "torch_ops": dict(WATCH.torch_ops),
             "new_modules": sorted(set(sys.modules) - modules_before),
             "inputs_mutated": [i for i, (t, o) in enumerate(zip(tensors, originals)) if not torch.equal(t, o)],
             "output_problem": problem,
-            "side_streams": sorted(set(WATCH.side_streams)),
-            "odd_args": sorted(set(WATCH.odd_args)),
-            "threads_started": WATCH.threads_started,
             "threads_alive": sorted(set(self._threads()) - threads_before),
             "state_changed": [] if cmd.get("noop") else self._state_changes(),
+            "tampered": self.tampered(),
         }
         if problem is None:
             self.keep = (self.keep + [out])[-4:]
@@ -349,7 +409,7 @@ class CandidateServer:
         """Timed calls on fresh inputs: `slots` sets of buffers at addresses no check call saw, each
         refilled with new values (a fresh seed) before every call, outside the clock. Every output
         is kept, so that the judge can re-check the ones it picks afterwards."""
-        reference = self.reference or importlib.import_module(f"kernels.problems.{cmd['problem']}.reference")
+        reference = self._problem_reference(cmd)
         self._prepare(cmd["shape"], cmd["dtype"])
         shape, dtype = cmd["shape"], getattr(torch, cmd["dtype"])
         seed0, n_slots = int(cmd["seed_base"]), max(int(cmd.get("slots", 2)), 1)
@@ -359,8 +419,7 @@ class CandidateServer:
         self.keep.clear()
         seeds: dict[int, int] = {}
         kept_ptrs: set[int] = set()
-        facts = {"torch_ops": Counter(), "foreign": set(), "idle_calls": [], "side_streams": set(), "odd_args": set(),
-                 "threads_started": 0, "threads_alive": [], "output_problem": None, "new_modules": set()}
+        facts = {"threads_alive": [], "output_problem": None}
         threads_before = self.base_threads
         modules_before = set(sys.modules)
 
@@ -371,32 +430,11 @@ class CandidateServer:
                 if isinstance(value, torch.Tensor):
                     buffers[name].copy_(value)
             seeds[i] = seed
-            WATCH.reset()
             return buffers
-
-        class Around:  # the torch-op monitor around each call; the stream it began on is the one
-            def __init__(self, i: int) -> None:
-                self.mode = TorchOpMonitor()
-
-            def __enter__(self):
-                WATCH.reset()
-                self.mode.__enter__()
-
-            def __exit__(self, *exc):
-                return self.mode.__exit__(*exc)
 
         def record(i: int, out, copy: bool = False) -> None:
             """After call i, outside the clock. copy: a CUDA-graph replay, whose output buffer the
             next replay overwrites and which runs none of the candidate's Python."""
-            if not copy:
-                facts["torch_ops"].update(WATCH.torch_ops)
-                launched = list(dict.fromkeys(WATCH.launched))
-                facts["foreign"].update(k for k in launched if not k.startswith(CANDIDATE_MODULE + "."))
-                if not any(k.startswith(CANDIDATE_MODULE + ".") for k in launched):
-                    facts["idle_calls"].append(i)
-                facts["side_streams"].update(WATCH.side_streams)
-                facts["odd_args"].update(WATCH.odd_args)
-                facts["threads_started"] += WATCH.threads_started
             alive = sorted(set(self._threads()) - threads_before)
             if alive and not facts["threads_alive"]:
                 facts["threads_alive"] = alive
@@ -412,14 +450,86 @@ class CandidateServer:
                 self.timed[i] = out.detach().clone() if copy else out
 
         result = timing.time_fn(self.fn, [], self.device, int(cmd["reps"]), int(cmd["warmup"]),
-                                prepare=prepare, record=record, around=Around,
+                                prepare=prepare, record=record, around=self.around,
                                 sync_reps=int(cmd.get("sync_reps", 0)), graph=bool(cmd.get("graph", True)),
                                 graph_slots=n_slots)
         facts["state_changed"] = self._state_changes()
         facts["new_modules"] = sorted(set(sys.modules) - modules_before)
-        facts = {k: (sorted(v) if isinstance(v, set) else dict(v) if isinstance(v, Counter) else v)
-                 for k, v in facts.items()}
+        facts["tampered"] = self.tampered()
         return {"kind": "timed", **result, "seeds": seeds, "facts": facts}
+
+    def arm(self, cmd: dict) -> dict:
+        """A batch of clocked calls, made ready before the judge's clock starts (it times the `fire` that
+        follows): an input set per seed of `capture_seeds`; on CUDA the calls on them captured in one
+        CUDA graph (after a warm-up call each, as torch.cuda.graphs asks), so that the fire replays them
+        with none of the candidate's Python on the clock; then every set refilled with the values of its
+        seed in `seeds`. The digest's weights too."""
+        reference = self._problem_reference(cmd)
+        self._prepare(cmd["shape"], cmd["dtype"])
+        shape, dtype = cmd["shape"], getattr(torch, cmd["dtype"])
+        sets = [reference.make_inputs(shape, int(seed), self.device, dtype) for seed in cmd["capture_seeds"]]
+        expected_shape = tuple(reference.output_spec(shape, dtype)[0])
+        index = int(cmd["index"])
+        graph, outs, graph_error = None, None, None
+        if self.device == "cuda" and cmd.get("graph", True):
+            try:
+                graph, outs = self._capture(sets, index)
+            except Exception as exc:  # not every callable is capturable: the batch runs eagerly
+                graph_error = f"{type(exc).__name__}: {exc}"[:300]
+                torch.cuda.synchronize()
+        for inputs, seed in zip(sets, cmd["seeds"]):
+            for name, value in reference.make_inputs(shape, int(seed), self.device, dtype).items():
+                if isinstance(value, torch.Tensor):
+                    inputs[name].copy_(value)
+        weights = timing.digest_weights(timing.DIGEST_ELEMENTS, int(cmd["a"]), int(cmd["b"]), self.device)
+        self.armed = (sets, expected_shape, dtype, index, weights, graph, outs)
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        return {"kind": "armed", "graph": graph is not None, "graph_error": graph_error}
+
+    def _capture(self, sets: list[dict], index: int):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for k, inputs in enumerate(sets):
+                with self.around(index + k):
+                    self.fn(**inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph, outs = torch.cuda.CUDAGraph(), []
+        with torch.cuda.graph(graph):
+            for k, inputs in enumerate(sets):
+                with self.around(index + len(sets) + k):
+                    outs.append(self.fn(**inputs))
+        torch.cuda.synchronize()
+        return graph, outs
+
+    def fire(self, cmd: dict) -> dict:
+        """On the judge's clock: every armed input set perturbed by the factors the command brings, the
+        calls made back to back (the graph replayed, or eagerly), and one digest of the outputs at
+        positions the command draws: the reply that stops the clock carries it. The outputs are kept
+        for save_timed, and checked in full there."""
+        sets, expected_shape, dtype, index, weights, graph, outs = self.armed
+        self.armed = None
+        for k, inputs in enumerate(sets):
+            timing.perturb_inputs(inputs, int(cmd["pa"]), int(cmd["pb"]) + k)
+        if graph is not None:
+            graph.replay()
+        else:
+            outs = []
+            for k, inputs in enumerate(sets):
+                with self.around(index + k):
+                    outs.append(self.fn(**inputs))
+        for k, out in enumerate(outs):
+            if type(out) is not torch.Tensor or tuple(out.shape) != expected_shape or out.dtype != dtype:
+                return {"kind": "fired", "digest": None,
+                        "output_problem": _output_problem(out, [], expected_shape, dtype, self.device)}
+            self.timed[index + k] = out
+        return {"kind": "fired", "digest": timing.batch_digest(outs, int(cmd["da"]), int(cmd["db"]), weights),
+                "output_problem": None}
+
+    def ping(self, cmd: dict) -> dict:
+        return {"kind": "pong"}
 
     def save_timed(self, cmd: dict) -> dict:
         saved = {}
@@ -430,7 +540,7 @@ class CandidateServer:
                 torch.save(out.detach().to("cpu"), path)
                 saved[str(int(i))] = path
         self.timed.clear()
-        return {"kind": "saved", "files": saved}
+        return {"kind": "saved", "files": saved, "tampered": self.tampered()}
 
     def serve(self, stream) -> None:
         for line in stream:
@@ -445,15 +555,16 @@ class CandidateServer:
                 self.state_base = None
                 if self.device == "cuda":
                     torch.cuda.empty_cache()
-                self.reply({"kind": "forgot"})
+                self.channel.send({"kind": "forgot"})
                 continue
             try:
-                handler = {"call": self.call, "time": self.time, "save_timed": self.save_timed}[op]
-                self.reply(handler(cmd))
+                handler = {"call": self.call, "time": self.time, "save_timed": self.save_timed,
+                           "arm": self.arm, "fire": self.fire, "ping": self.ping}[op]
+                self.channel.send(handler(cmd))
             except Exception as exc:
                 text = traceback.format_exc(limit=8)
                 fatal = "CUDA" in text or "cuda" in type(exc).__name__.lower()
-                self.reply({"kind": "error", "error": text[-6000:], "compile": _is_compile_error(exc), "fatal": fatal})
+                self.channel.send({"kind": "error", "error": text[-6000:], "compile": _is_compile_error(exc), "fatal": fatal})
                 if fatal:  # a CUDA fault poisons the context: nothing more can run here
                     return
 
@@ -492,18 +603,23 @@ def _file_problem_entry(cls, args):
 
 # What the judge's assignment (the first line on stdin) holds besides the nonce, with defaults.
 ASSIGNMENT_DEFAULTS = {"candidate": None, "entry": None, "device": None, "problem_file": None, "problem_name": None,
-                       "param_seed": 0, "seccomp": 1, "landlock": 1, "netns": 1, "drop_capabilities": 1,
-                       "writable": "", "gpu_memory_fraction": 0.0, "fsize": None}
+                       "param_seed": 0, "seccomp": 1, "landlock": 1, "landlock_reads": 1, "landlock_exec": 1,
+                       "netns": 1, "drop_capabilities": 1, "writable": "", "readable": "", "toolchain": "none",
+                       "gpu_memory_fraction": 0.0, "fsize": None, "seal": "on"}
+
+
+def _paths(joined: str) -> list[str]:
+    return [p for p in joined.split(os.pathsep) if p]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reply-fd", type=int, required=True)
     args = ap.parse_args(argv)
+    reply_fd = args.reply_fd
     # before any code of the candidate's: what it starts cannot read this process's memory (the
     # nonce, the channel) through /proc
     dumpable_off = confinement.make_non_dumpable()
-    channel = os.fdopen(args.reply_fd, "w", buffering=1)
     # The process may be started ahead of need (the judge starts it while it prepares inputs and
     # references, or before it has a request at all): torch and Triton are imported by now, and it
     # knows nothing of its evaluation until this line, the judge's assignment. It carries this run's
@@ -522,45 +638,46 @@ def main(argv: list[str] | None = None) -> int:
     if args.fsize:  # the largest output this evaluation saves, and a log: a disk filler dies of SIGXFSZ
         resource.setrlimit(resource.RLIMIT_FSIZE, (int(args.fsize), int(args.fsize)))
 
-    def reply(obj: dict) -> None:
-        channel.write(json.dumps({**obj, "nonce": nonce}) + "\n")
-        channel.flush()
+    channel = Channel(reply_fd, nonce)
+    reply = channel.send
+    recorder = Recorder(channel, stack_owner=None)
 
     _warm_up(args.device)
     for cls in (JITFunction, InterpretedFunction):
         if cls is not None:
-            _wrap_run(cls)
-    _wrap_autotuner()
-    _wrap_threads()
+            _wrap_run(cls, recorder)
+    _wrap_threads(recorder)
     fences = {}
     if args.device == "cuda":
-        WATCH.device_index = torch.cuda.current_device()
+        recorder.device_index = torch.cuda.current_device()
         if args.gpu_memory_fraction > 0:  # a GPU memory bomb ends here, leaving the judge its share
             torch.cuda.set_per_process_memory_fraction(args.gpu_memory_fraction)
             fences["gpu_memory_fraction"] = args.gpu_memory_fraction
-    # The fences go up now, with CUDA and Triton started (CUDA's initialisation failed under them on
-    # the H200 machines when they came first), and before any code of the candidate's: its own
-    # network namespace (root only), Landlock (writes only under its scratch dir and Triton's cache,
-    # no TCP; on the CPU also no abstract unix sockets out), and seccomp (no sockets but AF_UNIX, no
-    # fork: threads, and on CUDA vfork+exec for Triton's ptxas and launcher builds; no io_uring); as
-    # root, no capabilities either (they would open every process's /proc files and memory).
-    if args.netns:
-        fences["netns"] = os.geteuid() == 0 and isolation.unshare_network()
-    if args.landlock:
-        abi = isolation.restrict_filesystem([p for p in args.writable.split(os.pathsep) if p],
-                                            scope_abstract_unix=args.device != "cuda")
-        fences["landlock"] = abi > 0
-    if args.drop_capabilities and os.geteuid() == 0:  # root's would let it read every process, non-dumpable or not
-        fences["capabilities_dropped"] = isolation.drop_capabilities()
+    # The fences go up now, with CUDA and Triton started and before any code of the candidate's
+    # (kernels/evaluator/fences.py: what may be read, written and started, and why in this order).
+    fences.update(sandbox_fences.put_up(
+        args.device, writable=_paths(args.writable), readable=_paths(args.readable), toolchain=args.toolchain,
+        netns=bool(args.netns), landlock=bool(args.landlock), landlock_reads=bool(args.landlock_reads),
+        landlock_exec=bool(args.landlock_exec), seccomp=bool(args.seccomp),
+        drop_capabilities=bool(args.drop_capabilities)))
     fences["non_dumpable"] = dumpable_off
-    fences["seccomp"] = bool(args.seccomp) and isolation.install_seccomp(allow_exec_children=args.device == "cuda")
     reply({"kind": "fenced", "fences": fences})
+    if args.problem_file:  # imported before the seal: the harness's half of a file problem
+        import kernels.problems.kernelbench_runtime  # noqa: F401
     modules_before = set(sys.modules)
     base_threads = {t.name for t in threading.enumerate() if t is not threading.main_thread()}
+    # The seal, last before any code of the candidate's or the problem's runs: the audit hook, and the
+    # harness's modules and classes as they are now (kernels/evaluator/seal.py).
+    integrity = seal.Integrity(seal.harness_objects(sys.modules[__name__]))
+    sealed = seal.install(candidate_file=os.path.realpath(args.candidate), scratch=os.path.dirname(args.candidate),
+                          workdir=os.getcwd(), triton_cache=os.environ.get("TRITON_CACHE_DIR", ""),
+                          channel_fd=reply_fd, nonce=nonce, mode=args.seal)
+    recorder.stack_owner = sealed.stack_owner
     t0 = time.perf_counter()
     try:
         spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, args.candidate)
         module = importlib.util.module_from_spec(spec)
+        module.__builtins__ = seal.candidate_builtins(sealed.check_import)
         sys.modules[CANDIDATE_MODULE] = module
         spec.loader.exec_module(module)
     except BaseException:
@@ -580,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
     reply({"kind": "ready", "import_s": time.perf_counter() - t0, "new_modules": new_modules,
            "banned_modules": [m for m in new_modules if policy.module_violation(m)], "fences": fences,
            "threads": len(threading.enumerate())})
-    CandidateServer(fn, args.device, reply, module, base_threads).serve(sys.stdin)
+    CandidateServer(fn, args.device, channel, recorder, module, base_threads, integrity).serve(sys.stdin)
     return 0
 
 

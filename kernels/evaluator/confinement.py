@@ -33,6 +33,54 @@ def looks_secret(name: str) -> bool:
     return any(w in name.upper() for w in SECRET_WORDS)
 
 
+SCRUB_MIN_CHARS = 8  # shorter values (1, C.UTF-8, a user name) are everywhere in ordinary text
+
+
+def _scrubbed_values(env: dict[str, str]) -> list[tuple[str, str]]:
+    """(value, name) pairs to take out of text leaving the evaluator: every value of a variable whose
+    name looks secret, and every other value long enough to mean something that is not a path or a
+    list of paths (those are in tracebacks everywhere, and not secrets), longest first."""
+    out = []
+    for name, value in env.items():
+        value = value.strip()
+        if len(value) < 4:
+            continue
+        if not looks_secret(name):
+            parts = [p for p in value.split(os.pathsep) if p]
+            if len(value) < SCRUB_MIN_CHARS or (parts and all(p.startswith(("/", "~")) for p in parts)):
+                continue
+            if value.replace(".", "").replace(",", "").isdigit():
+                continue
+        out.append((value, name))
+    return sorted(out, key=lambda vn: -len(vn[0]))
+
+
+def scrub(obj, env: dict[str, str] | None = None):
+    """`obj` (a string, or lists and dicts of them, as a verdict's dump) with the values of this
+    process's environment (the worker's: the model's API key among them) replaced by their names.
+    A last line behind the fences: no code of a candidate's or a problem's can read these values, and
+    none of them may reach a verdict, a log or the workflow's history even if one did."""
+    pairs = _scrubbed_values(dict(os.environ if env is None else env))
+
+    def text(s: str) -> str:
+        for value, name in pairs:
+            if value in s:
+                s = s.replace(value, f"[${name}]")
+        return s
+
+    def walk(o):
+        if isinstance(o, str):
+            return text(o)
+        if isinstance(o, list):
+            return [walk(x) for x in o]
+        if isinstance(o, tuple):
+            return tuple(walk(x) for x in o)
+        if isinstance(o, dict):
+            return {k: walk(v) for k, v in o.items()}
+        return o
+    return walk(obj)
+
+
 def judge_env(scratch: str | Path, project_root: str | Path, source: dict[str, str] | None = None) -> dict[str, str]:
     """The judge process's whole environment: the allowlisted variables of `source` (the worker's
     environment), HOME in the judge's scratch folder, the project on PYTHONPATH. Triton's cache keeps

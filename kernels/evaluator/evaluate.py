@@ -18,7 +18,7 @@ from typing import Callable
 
 from pydantic import BaseModel, Field
 
-from kernels.evaluator.confinement import die_with_parent, judge_env, scratch_prefix
+from kernels.evaluator.confinement import die_with_parent, judge_env, make_non_dumpable, scratch_prefix, scrub
 from kernels.problems.spec import get_problem, resolve_kernel
 from kernels.evaluator.verdict import KnownBaseline, Mode, Verdict
 
@@ -177,7 +177,17 @@ def _judge_env(scratch: str) -> dict[str, str]:
 
 def evaluate(request: EvalRequest, *, heartbeat: Callable[[], None] | None = None,
              judge_grace_s: float = 1800.0) -> Verdict:
-    """Judge one candidate. A bad candidate is a Verdict; only infrastructure faults raise."""
+    """Judge one candidate. A bad candidate is a Verdict; only infrastructure faults raise. This
+    process (a worker, the CLI: it may hold the model's API key) is made non-dumpable first, and no
+    value of its environment leaves in the verdict or an error (confinement.scrub)."""
+    make_non_dumpable()  # nothing below it reads its environ or memory without CAP_SYS_PTRACE
+    try:
+        return _evaluate(request, heartbeat, judge_grace_s)
+    except EvaluatorError as exc:
+        raise EvaluatorError(scrub(str(exc))) from None
+
+
+def _evaluate(request: EvalRequest, heartbeat: Callable[[], None] | None, judge_grace_s: float) -> Verdict:
     spec = get_problem(request.problem, request.problem_source)  # unknown problems fail here, loudly and early
     for shape in request.shapes:
         spec.shape(shape)
@@ -222,7 +232,7 @@ def evaluate(request: EvalRequest, *, heartbeat: Callable[[], None] | None = Non
         if proc.returncode != 0 or not out_path.exists():
             tail = log_path.read_text(errors="replace")[-3000:]
             raise EvaluatorError(f"the judge process failed (exit {proc.returncode}):\n{tail}")
-        verdict = Verdict.model_validate_json(out_path.read_text())
+        verdict = Verdict.model_validate(scrub(json.loads(out_path.read_text())))
     # what the judge's own clock did not see: starting it (or handing the request to a spare) and its exit
     verdict.phases_s["judge_process"] = round(max(time.monotonic() - t0 - verdict.elapsed_s, 0.0), 3)
     verdict.sandbox["warm_judge"] = spare is not None

@@ -3,15 +3,24 @@
 The static policy (kernels.evaluator.policy) is the first gate: a candidate cannot even name os, socket or
 subprocess. These fences hold if someone finds a way past it:
 
-- `unshare_network()`: a network namespace of its own (root only): no interface but a down loopback.
-  For the calling thread and what it starts later; sockets that exist already keep working.
-- `restrict_filesystem(writable)`: Landlock (Linux >= 5.13): writes only beneath the scratch
-  directory, the Triton cache and /dev; no TCP bind or connect (ABI >= 4); no signals to, or
-  abstract sockets of, processes outside the sandbox (ABI >= 6). Works as root too.
-- `install_seccomp(allow_exec_children)`: a seccomp filter: no sockets but AF_UNIX, no fork (threads
-  only; vfork+exec only where Triton must run ptxas), no io_uring, no foreign-ABI system calls.
+- `enter_pid_namespace()`: the sandbox's process becomes PID 1 of a PID namespace of its own (as root;
+  otherwise inside a user namespace of its own, where the kernel allows one), so every process it or
+  anything below it starts dies with it, detached (setsid) or not.
+- `unshare_network()`: a network namespace of its own (root, or inside its own user namespace): no
+  interface but a down loopback. For the calling thread and what it starts later; sockets that
+  exist already keep working.
+- `restrict_filesystem(writable, readable, executable)`: Landlock (Linux >= 5.13): reads only beneath
+  an allowlist (what Python, torch, Triton and CUDA need, and the scratch directory), writes only
+  beneath the scratch directory and Triton's cache, and no program may be started but those named
+  (none on the CPU; ptxas and the C compiler's own on CUDA); no TCP bind or connect (ABI >= 4); no
+  signals to, or abstract sockets of, processes outside the sandbox (ABI >= 6). Works as root too.
+- `install_seccomp(allow_exec)`: a seccomp filter: no sockets but AF_UNIX, no fork (threads only), no
+  vfork, clone-with-vfork or exec at all unless allowed (only where Triton must run ptxas and the
+  C compiler, and then Landlock names the programs), no io_uring, no foreign-ABI system calls.
+- `drop_capabilities(keep)`: every capability but those kept, the bounding set included.
 - `process_tree(token)` / `kill_tree(token)`: every process that carries the sandbox's token in its
-  environment or descends from it, found through /proc, so that a fork bomb's survivors die too.
+  environment or descends from it, found through /proc, so that a fork bomb's survivors die too
+  where no PID namespace holds them.
 
 Each fence reports whether it took; the judge puts the ones that did not into the verdict's flags.
 All of this is Linux-only; elsewhere every fence reports itself as unavailable."""
@@ -22,6 +31,7 @@ import os
 import platform
 import signal
 import struct
+import sys
 import time
 
 _libc = None
@@ -38,12 +48,16 @@ def libc():
 
 # --- per-architecture system call numbers --------------------------------------------------------
 _ARCH = {
-    # machine: (AUDIT_ARCH, socket, clone, clone3, fork or None, io_uring_setup, seccomp, landlock base)
-    "x86_64": (0xC000003E, 41, 56, 435, 57, 425, 317, 444),
-    "aarch64": (0xC00000B7, 198, 220, 435, None, 425, 277, 444),
+    # machine: (AUDIT_ARCH, socket, clone, clone3, fork or None, io_uring_setup, seccomp, landlock base,
+    #           vfork or None, execve, execveat)
+    "x86_64": (0xC000003E, 41, 56, 435, 57, 425, 317, 444, 58, 59, 322),
+    "aarch64": (0xC00000B7, 198, 220, 435, None, 425, 277, 444, None, 221, 281),
 }
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_PDEATHSIG = 1
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 CLONE_THREAD = 0x00010000
 CLONE_VFORK = 0x00004000
@@ -55,6 +69,105 @@ def unshare_network() -> bool:
         return libc().unshare(CLONE_NEWNET) == 0
     except (OSError, AttributeError):
         return False
+
+
+# --- a PID namespace per sandbox ------------------------------------------------------------------
+PID_NAMESPACE = ""  # how this process came to be PID 1 of its own namespace ("" where it did not)
+PRIVATE_DEV_SHM = False  # whether /dev/shm is a small tmpfs of its own (its mount namespace's)
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+DEV_SHM_SIZE = "64m"
+
+
+def _private_dev_shm() -> bool:
+    """In a mount namespace of our own: /dev/shm becomes a small tmpfs that no other process sees
+    (CUDA's driver keeps shared memory there; the host's would be readable, and every sandbox is
+    PID 1, so files named by pid would collide), freed when the namespace ends."""
+    lc = libc()
+    lc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    if lc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    if not os.path.isdir("/dev/shm"):
+        return False
+    return lc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    f"size={DEV_SHM_SIZE},mode=1777".encode()) == 0
+def _own_user_namespace() -> bool:
+    """A user namespace of our own, our uid and gid mapped to themselves: inside it this process
+    holds the capabilities that unsharing PID and network namespaces needs, and nothing outside it.
+    For a sandbox started without root; False where the kernel refuses (a sysctl, an LSM)."""
+    uid, gid = os.geteuid(), os.getegid()
+    if uid == 0 and not capability_sets().get("CapEff", 0) >> CAP_SETFCAP & 1:
+        return False  # root without capabilities may not map root into a namespace (Linux >= 5.12)
+    if libc().unshare(CLONE_NEWUSER) != 0:
+        return False
+    try:
+        for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
+                           ("/proc/self/gid_map", f"{gid} {gid} 1")):
+            with open(path, "w") as f:
+                f.write(text)
+    except OSError:
+        return False
+    return True
+
+
+def enter_pid_namespace() -> str:
+    """Makes the rest of this program run as PID 1 of a new PID namespace: when it exits, the kernel
+    kills every process left in the namespace, whatever it did to leave its process group or session.
+    A PID namespace holds on any Linux (a cgroup needs a delegated hierarchy, which GPU hosts and
+    containers often lack) and leaves devices alone, so the sandbox still sees its GPU.
+
+    The caller forks: the child returns (as PID 1), and this process stays behind as a keeper, which
+    holds no descriptor of the child's, waits for it, and exits as it did (the same status, or the
+    same signal), so its parent sees the sandbox's own exit. The keeper dies with its parent and the
+    child with the keeper (parent-death signals), so the whole namespace goes with the judge.
+
+    With a mount namespace too (where it can be made), the child gets a /dev/shm of its own.
+
+    Returns how the namespace was made ("root", or "user namespace" without root) in the child, or ""
+    in this process when no namespace could be made (then nothing forks)."""
+    lc = libc()
+    how = ""
+    if lc.unshare(CLONE_NEWPID | CLONE_NEWNS) == 0 or lc.unshare(CLONE_NEWPID) == 0:
+        how = "root"
+    elif _own_user_namespace() and (lc.unshare(CLONE_NEWPID | CLONE_NEWNS) == 0 or lc.unshare(CLONE_NEWPID) == 0):
+        how = "user namespace"
+    if not how:
+        return ""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()  # Python's fork: the child runs Python on; no thread exists yet
+    if pid == 0:
+        lc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        global PID_NAMESPACE, PRIVATE_DEV_SHM
+        PID_NAMESPACE = how
+        PRIVATE_DEV_SHM = _private_dev_shm()
+        return how
+    _keep(pid)
+    return ""  # not reached: the keeper exits
+
+
+def _keep(child: int) -> None:
+    """The keeper's whole life: nothing of the sandbox's stays open here (its reply pipe must close
+    when the child dies), the child is waited for, and its ending is passed on as this process's."""
+    os.closerange(3, 1 << 16)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except ChildProcessError:
+            os._exit(1)
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)  # a signal whose default is to carry on
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
@@ -69,37 +182,67 @@ PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 _CAP_VERSION_3 = 0x20080522
 
 
-def drop_capabilities() -> bool:
-    """Gives up every capability (bounding, ambient, effective, permitted, inheritable) and sets
-    no_new_privs, so an exec cannot win them back. For a sandbox started as root: without
+CAP_SETPCAP, CAP_SYS_ADMIN, CAP_SETFCAP = 8, 21, 31
+
+
+def capability_sets() -> dict[str, int]:
+    """This process's capability sets from /proc/self/status (CapEff, CapPrm, CapBnd, ...)."""
+    out = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Cap"):
+                    name, value = line.split(":")
+                    out[name] = int(value, 16)
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def drop_capabilities(keep: tuple[int, ...] = (), no_new_privs: bool = True) -> bool:
+    """Gives up every capability but `keep` (bounding, ambient, effective, permitted, inheritable),
+    and with no_new_privs an exec cannot win any back. For a process started as root: without
     CAP_SYS_PTRACE it cannot read a non-dumpable process's environ, cmdline or memory, and without
-    CAP_DAC_OVERRIDE it cannot open other users' files. True when none is left."""
+    CAP_DAC_OVERRIDE it cannot open other users' files. True when exactly `keep` (or less) is left."""
     machine = platform.machine()
     if machine not in _CAPSET:
         return False
     lc = libc()
     for cap in range(64):
-        lc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last capability: harmless
+        if cap not in keep:
+            lc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last capability: harmless
     lc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    lc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if no_new_privs:
+        lc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    mask = sum(1 << c for c in keep) & capability_sets().get("CapPrm", 0)
     header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable}, all zero
+    # two {effective, permitted, inheritable}: the low and the high 32 bits
+    data = (ctypes.c_uint32 * 6)(mask & 0xFFFFFFFF, mask & 0xFFFFFFFF, 0, mask >> 32, mask >> 32, 0)
     if lc.syscall(_CAPSET[machine], ctypes.byref(header), ctypes.byref(data)) != 0:
         return False
-    try:
-        with open("/proc/self/status") as f:
-            return all(int(line.split()[1], 16) == 0 for line in f
-                       if line.startswith(("CapEff:", "CapPrm:", "CapBnd:")))
-    except (OSError, ValueError):
-        return False
+    sets = capability_sets()
+    allowed = sum(1 << c for c in keep)
+    return bool(sets) and all(sets.get(k, 0) & ~allowed == 0 for k in ("CapEff", "CapPrm", "CapBnd"))
+
+
+def capability_names(mask: int) -> list[str]:
+    """Names of the capabilities in a mask (the ones this evaluator keeps or reports)."""
+    known = {21: "SYS_ADMIN", 19: "SYS_PTRACE", 1: "DAC_OVERRIDE", 2: "DAC_READ_SEARCH", 5: "KILL",
+             12: "NET_ADMIN", 24: "SYS_RESOURCE", 8: "SETPCAP"}
+    return [known.get(c, f"cap{c}") for c in range(64) if mask >> c & 1]
 
 
 # --- Landlock ------------------------------------------------------------------------------------
-_FS_WRITE = (1 << 1)  # WRITE_FILE
+_FS_EXECUTE, _FS_WRITE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _FS_TREE = sum(1 << b for b in (4, 5, 6, 7, 8, 9, 10, 11, 12))  # REMOVE_*, MAKE_*
 _FS_REFER, _FS_TRUNCATE = 1 << 13, 1 << 14
+_FS_READ = _FS_READ_FILE | _FS_READ_DIR
+_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE | _FS_READ_FILE | _FS_TRUNCATE  # what a rule on a file may grant
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
 _SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1
+# Descriptors of the pseudo-filesystem paths (/proc) that rules name, held open for the process's life:
+# a rule sticks to an inode, and procfs makes a new inode for a path whose dentry it has dropped.
+_PINNED: list[int] = []
 
 
 def landlock_abi() -> int:
@@ -113,17 +256,22 @@ def landlock_abi() -> int:
     return max(int(abi), 0)
 
 
-def restrict_filesystem(writable: list[str], scope_abstract_unix: bool = True) -> int:
-    """Landlock: writes only beneath `writable`; no TCP; no signals out. Returns the ABI used, 0 if
-    Landlock is not available (the caller reports that). Applies to the calling thread and the
-    threads and processes it creates afterwards (threads that exist already, such as CUDA's and
-    torch's pools, run no Python code of the candidate's)."""
+def restrict_filesystem(writable: list[str], scope_abstract_unix: bool = True, readable: list[str] | None = None,
+                        executable: list[str] | None = None, tcp: bool = False) -> int:
+    """Landlock: writes only beneath `writable` (files there, and device nodes named there); with
+    `readable` (not None), reads only beneath `writable` and `readable`; with `executable` (not None),
+    no program started but those files (none when empty); no TCP (`tcp`: left alone, for a task's
+    setup, which fetches its packages); no signals out. Returns the ABI used, 0 if Landlock is not
+    available (the caller reports that). Applies to the calling thread and the threads and processes
+    it creates afterwards (threads that exist already, such as CUDA's and torch's pools, run no Python
+    code of the candidate's). A path that does not exist is left out."""
     abi = landlock_abi()
     if abi < 1:
         return 0
     base = _ARCH[platform.machine()][7]
-    fs = _FS_WRITE | _FS_TREE | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
-    net = (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0
+    write = _FS_WRITE | _FS_TREE | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
+    fs = write | (_FS_READ if readable is not None else 0) | (_FS_EXECUTE if executable is not None else 0)
+    net = (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 and not tcp else 0
     scoped = ((_SCOPE_ABSTRACT_UNIX if scope_abstract_unix else 0) | _SCOPE_SIGNAL) if abi >= 6 else 0
     if abi >= 6:
         attr = struct.pack("QQQ", fs, net, scoped)
@@ -136,25 +284,62 @@ def restrict_filesystem(writable: list[str], scope_abstract_unix: bool = True) -
     ruleset = lc.syscall(base, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
     if ruleset < 0:
         return 0
+    rules = [(p, write | _FS_READ) for p in writable]
+    rules += [(p, _FS_READ) for p in readable or ()]
+    rules += [(p, _FS_EXECUTE | _FS_READ_FILE) for p in executable or ()]
     try:
-        for path in writable:
+        for path, allowed in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
                 continue
             try:
-                is_dir = os.path.isdir(path)
-                allowed = fs if is_dir else (fs & (_FS_WRITE | _FS_TRUNCATE))
-                rule = ctypes.create_string_buffer(struct.pack("=Qi", allowed, fd), 12)
+                if not os.path.isdir(path):
+                    allowed &= _FILE_RIGHTS
+                rule = ctypes.create_string_buffer(struct.pack("=Qi", allowed & fs, fd), 12)
                 lc.syscall(base + 1, ctypes.c_int(ruleset), ctypes.c_int(1), rule, ctypes.c_uint32(0))
             finally:
-                os.close(fd)
+                if os.path.realpath(path).startswith("/proc/"):
+                    _PINNED.append(fd)
+                else:
+                    os.close(fd)
         lc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         if lc.syscall(base + 2, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
             return 0
     finally:
         os.close(ruleset)
     return abi
+
+
+def elf_interpreter(path: str) -> str | None:
+    """The program interpreter (the dynamic loader) an ELF executable names, or None: what the
+    kernel must also be allowed to execute when it starts the program."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head[:4] != b"\x7fELF" or head[4] not in (1, 2):
+                return None
+            e = "<" if head[5] == 1 else ">"
+            if head[4] == 2:
+                phoff, = struct.unpack(e + "Q", head[32:40])
+                phentsize, phnum = struct.unpack(e + "HH", head[54:58])
+            else:
+                phoff, = struct.unpack(e + "I", head[28:32])
+                phentsize, phnum = struct.unpack(e + "HH", head[42:46])
+            for i in range(min(phnum, 64)):
+                f.seek(phoff + i * phentsize)
+                ph = f.read(phentsize)
+                if struct.unpack(e + "I", ph[:4])[0] != 3:  # PT_INTERP
+                    continue
+                if head[4] == 2:
+                    offset, size = struct.unpack(e + "Q", ph[8:16])[0], struct.unpack(e + "Q", ph[32:40])[0]
+                else:
+                    offset, size = struct.unpack(e + "I", ph[4:8])[0], struct.unpack(e + "I", ph[16:20])[0]
+                f.seek(offset)
+                return f.read(min(size, 4096)).rstrip(b"\0").decode() or None
+    except (OSError, struct.error, UnicodeDecodeError):
+        return None
+    return None
 
 
 # --- seccomp -------------------------------------------------------------------------------------
@@ -167,11 +352,11 @@ _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
 
 
-def _seccomp_program(allow_exec_children: bool) -> bytes | None:
+def _seccomp_program(allow_exec: bool) -> bytes | None:
     arch = _ARCH.get(platform.machine())
     if arch is None:
         return None
-    audit, nr_socket, nr_clone, nr_clone3, nr_fork, nr_uring, _, _ = arch
+    audit, nr_socket, nr_clone, nr_clone3, nr_fork, nr_uring, _, _, nr_vfork, nr_execve, nr_execveat = arch
     EACCES, EAGAIN, ENOSYS, EPERM = 13, 11, 38, 1
     # symbolic layout, resolved to relative jumps below
     prog: list[tuple] = [
@@ -186,13 +371,17 @@ def _seccomp_program(allow_exec_children: bool) -> bytes | None:
     ]
     if nr_fork is not None:
         prog.append(("jeq", nr_fork, "deny_eagain", None))
+    if not allow_exec:  # no process at all: vfork (what subprocess and posix_spawn use) and exec too
+        if nr_vfork is not None:
+            prog.append(("jeq", nr_vfork, "deny_eagain", None))
+        prog += [("jeq", nr_execve, "deny_eacces", None), ("jeq", nr_execveat, "deny_eacces", None)]
     prog += [
         ("ret", _ALLOW),
         "socket", ("ld", 16),                       # args[0]: the domain
         ("jeq", 1, "allow", "deny_eacces"),         # AF_UNIX only
         "clone", ("ld", 16),                        # args[0]: the flags
         ("jset", CLONE_THREAD, "allow", None),      # a thread
-        ("jset", CLONE_VFORK, "allow" if allow_exec_children else "deny_eagain", "deny_eagain"),
+        ("jset", CLONE_VFORK, "allow" if allow_exec else "deny_eagain", "deny_eagain"),
         "allow", ("ret", _ALLOW),
         "deny_eacces", ("ret", _ERRNO | EACCES),
         "deny_eagain", ("ret", _ERRNO | EAGAIN),
@@ -221,10 +410,12 @@ def _seccomp_program(allow_exec_children: bool) -> bytes | None:
     return out
 
 
-def install_seccomp(allow_exec_children: bool) -> bool:
-    """Filter this process's system calls (all its threads: TSYNC). Survives exec."""
+def install_seccomp(allow_exec: bool) -> bool:
+    """Filter this process's system calls (all its threads: TSYNC). Survives exec. Without
+    `allow_exec` nothing can start a process (fork, vfork, clone without CLONE_THREAD, execve); with
+    it vfork-style children may exec, and Landlock's executable allowlist says what."""
     arch = _ARCH.get(platform.machine())
-    program = _seccomp_program(allow_exec_children)
+    program = _seccomp_program(allow_exec)
     if arch is None or program is None:
         return False
     n = len(program) // 8

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -16,17 +17,21 @@ import secrets
 import select
 import shutil
 import signal
+import stat
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import triton
 
 from kernels.evaluator import confinement, gpu_quiet, isolation, timing
+from kernels.evaluator.seal import SEAL_EXIT
 from kernels.evaluator.hostinfo import nvidia_driver
 from kernels.evaluator.evaluate import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, EvaluatorError, env_digest, source_sha256
 from kernels.evaluator.confinement import SECRET_WORDS
@@ -135,7 +140,18 @@ def _limits(device: str):
 
 
 FENCE_SWITCHES = {"seccomp": "MARATHON_SANDBOX_SECCOMP", "landlock": "MARATHON_SANDBOX_LANDLOCK",
-                  "netns": "MARATHON_SANDBOX_NETNS", "capabilities": "MARATHON_SANDBOX_DROP_CAPABILITIES"}
+                  "landlock_reads": "MARATHON_SANDBOX_LANDLOCK_READS", "landlock_exec": "MARATHON_SANDBOX_LANDLOCK_EXEC",
+                  "pid_namespace": "MARATHON_SANDBOX_PIDNS", "netns": "MARATHON_SANDBOX_NETNS",
+                  "capabilities": "MARATHON_SANDBOX_DROP_CAPABILITIES"}
+
+
+def seal_mode() -> str:
+    """MARATHON_SANDBOX_SEAL: on (the default), off (tests of the fences alone), or report (the seal
+    ends nothing and its would-be kills become flags: for measuring what honest candidates do)."""
+    value = os.environ.get("MARATHON_SANDBOX_SEAL", "1").strip().lower()
+    if value == "report":
+        return "report"
+    return "off" if value in ("0", "false", "no", "off", "") else "on"
 
 
 def fence_self_test(device: str) -> str:
@@ -149,7 +165,9 @@ def fence_self_test(device: str) -> str:
         return ""
     folder = Path(tempfile.gettempdir()) / "marathon-fences"
     folder.mkdir(mode=0o700, exist_ok=True)
-    marker = folder / f"torch-{torch.__version__}-triton-{triton.__version__}.json".replace("+", "_")
+    # the set of fences is part of the key: a machine probed before a fence existed probes again
+    fence_set = hashlib.sha256(" ".join(sorted(FENCE_SWITCHES)).encode()).hexdigest()[:8]
+    marker = folder / f"torch-{torch.__version__}-triton-{triton.__version__}-fences-{fence_set}.json".replace("+", "_")
     import fcntl
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # judges starting together on a fresh machine probe once
@@ -172,8 +190,9 @@ def fence_probe_request(device: str) -> EvalRequest:
 def _probe_fences(device: str) -> dict:
     req = fence_probe_request(device)
     tried, failures = [], []
-    for off in ([], ["netns"], ["landlock"], ["seccomp"], ["capabilities"],
-                ["netns", "landlock", "seccomp", "capabilities"]):
+    # the narrowest first: the read allowlist or the program allowlist alone before all of Landlock
+    for off in ([], ["landlock_reads"], ["landlock_exec"], ["landlock_reads", "landlock_exec"], ["pid_namespace"],
+                ["netns"], ["landlock"], ["seccomp"], ["capabilities"], list(FENCE_SWITCHES)):
         with tempfile.TemporaryDirectory(prefix=confinement.scratch_prefix("marathon-fence-probe")) as tmp:
             req_path, out_path = Path(tmp) / "request.json", Path(tmp) / "verdict.json"
             req_path.write_text(req.model_dump_json())
@@ -199,50 +218,82 @@ def _probe_fences(device: str) -> dict:
 class CandidateProcess:
     """The candidate's process, its command pipe, its reply channel and its wall-clock budget. While
     the judge waits for a reply it watches the process tree: too many processes, too much memory or
-    too much disk end the run with a typed verdict."""
+    too much disk end the run with a typed verdict.
+
+    Its scratch folder holds `in/` (what it may read: the candidate's source, the problem file, the
+    inputs the judge writes) and `work/` (its cwd, HOME and TMPDIR, the only place it may write);
+    the judge's own files (the log, references, a file problem's process's folder) sit beside them,
+    out of its reach."""
+
+    MODULE = "kernels.evaluator.candidate_process"
+    NAME = "candidate"
+    WHO = "the candidate"  # in the verdict's reasons
 
     def __init__(self, device: str, scratch: Path) -> None:
         """Starts the process, which imports torch and Triton and then waits for its assignment
         (`assign`): started ahead of need, it knows nothing of the evaluation until then. It dies with
-        the judge (the parent-death signal), and serves one candidate only."""
+        the judge (the parent-death signal), runs as PID 1 of a PID namespace of its own (so whatever
+        it starts ends with it; MARATHON_SANDBOX_PIDNS=0: not), and serves one candidate only."""
         self.device = device
         self.scratch = scratch
         self.budget_s = 0.0
         self.memory_cap = 0
         self.token = secrets.token_hex(8)
         self.nonce = secrets.token_hex(16)
-        self.log_path = scratch / "candidate.log"
-        self.workdir = scratch / "work"  # the candidate's cwd, HOME and TMPDIR; outputs land here too
+        self.log_path = scratch / f"{self.NAME}.log"
+        self.inputs_dir = scratch / "in"
+        self.inputs_dir.mkdir(exist_ok=True)
+        self.workdir = scratch / ("work" if self.NAME == "candidate" else self.NAME)  # cwd, HOME, TMPDIR; outputs
         self.workdir.mkdir()
+        self.contained = _env_flag(FENCE_SWITCHES["pid_namespace"])
         read_fd, write_fd = os.pipe()
         self.log = open(self.log_path, "wb")
+        entry = ["-m", "kernels.evaluator.contained", self.MODULE] if self.contained else ["-m", self.MODULE]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kernels.evaluator.candidate_process", "--reply-fd", str(write_fd)],
+            [sys.executable, *entry, "--reply-fd", str(write_fd)],
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.workdir,
-            env=candidate_env(device, self.workdir, self.token), pass_fds=(write_fd,), start_new_session=True,
+            env=self.environment(), pass_fds=(write_fd,), start_new_session=True,
             preexec_fn=_limits(device))
         os.close(write_fd)
         self.replies = os.fdopen(read_fd, "rb")
         self.buffer = b""
         self.polls = 0
+        self.records: list[dict] = []  # every record line received, for the seal's reports and the import
         self.assigned = False  # unassigned, it is killed on close: it has nothing to finish
+
+    def environment(self) -> dict[str, str]:
+        return candidate_env(self.device, self.workdir, self.token)
+
+    def caches(self) -> list[str]:
+        """Compiler caches it may write besides its folder: Triton's, shared by the candidates."""
+        return [triton_cache_dir()]
+
+    def fence_assignment(self, toolchain: str) -> dict:
+        """The fences' part of an assignment: the switches (read now: the fence self-test may have set
+        them), what it may write and read (kernels/evaluator/fences.py adds the system's paths), and
+        which programs it may start."""
+        switches = {name: int(_env_flag(var)) for name, var in FENCE_SWITCHES.items()}
+        return {"seccomp": switches["seccomp"], "landlock": switches["landlock"],
+                "landlock_reads": switches["landlock_reads"], "landlock_exec": switches["landlock_exec"],
+                "netns": switches["netns"], "drop_capabilities": switches["capabilities"],
+                "writable": os.pathsep.join([str(self.workdir), *self.caches()]),
+                "readable": os.pathsep.join([str(self.inputs_dir)]), "toolchain": toolchain}
 
     def assign(self, source: str, entry: str, budget_s: float, fsize: int, memory_cap: int,
                problem: dict | None = None) -> None:
         """The candidate and its limits: the process loads it, puts up its fences first, and serves
-        the judge's commands. The fence switches are read now (the fence self-test may have set them)."""
+        the judge's commands."""
         self.budget_s = budget_s
         self.memory_cap = memory_cap
         self.assigned = True
-        candidate = self.scratch / "candidate.py"
+        candidate = self.inputs_dir / "candidate.py"
         candidate.write_text(source)
-        writable = [str(self.workdir), triton_cache_dir(), "/dev", "/dev/shm"]
-        switches = {name: int(_env_flag(var)) for name, var in FENCE_SWITCHES.items()}
+        # on CUDA Triton runs ptxas and the C compiler; on the CPU (its interpreter) nothing
+        toolchain = "triton" if self.device == "cuda" else "none"
         self.send({"nonce": self.nonce, "candidate": str(candidate), "entry": entry, "device": self.device,
-                   "seccomp": switches["seccomp"], "landlock": switches["landlock"], "netns": switches["netns"],
-                   "drop_capabilities": switches["capabilities"], "writable": os.pathsep.join(writable),
+                   **self.fence_assignment(toolchain),
                    "gpu_memory_fraction": GPU_MEMORY_FRACTION if self.device == "cuda" else 0.0, "fsize": fsize,
-                   **(problem or {})})
+                   "seal": seal_mode(), **(problem or {})})
 
     def send(self, cmd: dict) -> None:
         try:
@@ -257,17 +308,17 @@ class CandidateProcess:
         pids = isolation.process_tree(self.proc.pid, self.token, orphans=self.polls % 4 == 0)
         if len(pids) > MAX_PROCESSES:
             self.kill()
-            raise Outcome("rejected", f"the candidate started {len(pids)} processes (limit {MAX_PROCESSES}): "
+            raise Outcome("rejected", f"{self.WHO} started {len(pids)} processes (limit {MAX_PROCESSES}): "
                           "a fork bomb, or work outside the sandbox's process; killed")
         rss = isolation.rss_bytes(pids)
         if rss > self.memory_cap:
             self.kill()
-            raise Outcome("crashed", f"the candidate used {rss / 2**30:.1f} GiB of host memory (limit "
+            raise Outcome("crashed", f"{self.WHO} used {rss / 2**30:.1f} GiB of host memory (limit "
                           f"{self.memory_cap / 2**30:.0f} GiB) and was killed")
         used = _disk_usage(self.workdir) + _disk_usage(self.log_path)
         if used > SCRATCH_QUOTA:
             self.kill()
-            raise Outcome("rejected", f"the candidate wrote {used / 2**20:.0f} MiB under its scratch directory "
+            raise Outcome("rejected", f"{self.WHO} wrote {used / 2**20:.0f} MiB under its scratch directory "
                           f"(quota {SCRATCH_QUOTA / 2**20:.0f} MiB) and was killed")
 
     def receive(self) -> dict:
@@ -275,7 +326,7 @@ class CandidateProcess:
         while b"\n" not in self.buffer:
             if self.budget_s <= 0:
                 self.kill()
-                raise Outcome("timeout", "the candidate exceeded its wall-clock limit and was killed")
+                raise Outcome("timeout", f"{self.WHO} exceeded its wall-clock limit and was killed")
             t0 = time.monotonic()
             ready, _, _ = select.select([self.replies], [], [], min(self.budget_s, POLL_S))
             self.budget_s -= time.monotonic() - t0
@@ -285,30 +336,64 @@ class CandidateProcess:
             chunk = os.read(self.replies.fileno(), 1 << 16)
             if not chunk:
                 code = self._exit_code()
-                raise Outcome("crashed", f"the candidate's process died ({_describe_exit(code)})")
+                self._sealed(code)
+                raise Outcome("crashed", f"{self.WHO}'s process died ({_describe_exit(code)})")
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
+        if not line.strip():
+            return self.receive()  # the seal writes its line on a line of its own
         try:
             reply = json.loads(line)
         except json.JSONDecodeError:
-            raise Outcome("crashed", "the candidate's process wrote garbage on the result channel") from None
+            self._sealed(self._exit_code() if self.proc.poll() is not None else None)
+            raise Outcome("crashed", f"{self.WHO}'s process wrote garbage on the result channel") from None
         if not isinstance(reply, dict) or "kind" not in reply:
-            raise Outcome("crashed", "the candidate's process wrote garbage on the result channel")
+            raise Outcome("crashed", f"{self.WHO}'s process wrote garbage on the result channel")
         if reply.get("nonce") != self.nonce:
             self.kill()
             raise Outcome("rejected", "a forged line on the result channel (it lacks this run's nonce): "
-                          "the candidate tampered with the sandbox's reply channel")
+                          f"{self.WHO} tampered with the sandbox's reply channel")
+        if reply["kind"] == "sealed":
+            self.kill()
+            raise Outcome("rejected", _sealed_reason(reply))
         return reply
 
+    def _sealed(self, code: int | None) -> None:
+        """The process ended by the seal (its exit status): the rejection names the event, from the seal's
+        line if it is in what was read."""
+        if code != SEAL_EXIT:
+            return
+        for line in self.buffer.split(b"\n"):
+            try:
+                reply = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(reply, dict) and reply.get("kind") == "sealed" and reply.get("nonce") == self.nonce:
+                raise Outcome("rejected", _sealed_reason(reply))
+        raise Outcome("rejected", "the sandbox's seal ended the candidate's process (its line did not arrive)")
+
     def request(self, cmd: dict, expect: str) -> dict:
+        """Sends a command; its reply, with the record lines that came before it (kernel launches,
+        torch ops, call markers, the seal's reports) as reply["record"]."""
         self.send(cmd)
-        reply = self.receive()
+        reply = self.reply()
         if reply["kind"] == "error":
             status = "compile_error" if reply.get("compile") else "crashed"
             what = "failed to compile" if reply.get("compile") else "raised"
-            raise Outcome(status, f"the candidate {what}:\n{reply.get('error', '')}")
+            raise Outcome(status, f"{self.WHO} {what}:\n{reply.get('error', '')}")
         if reply["kind"] != expect:
             raise Outcome("crashed", f"unexpected reply {reply['kind']!r} on the result channel")
+        return reply
+
+    def reply(self) -> dict:
+        """The next reply, with the record lines before it as reply["record"]."""
+        record = []
+        reply = self.receive()
+        while reply["kind"] in RECORD_KINDS:
+            record.append(reply)
+            reply = self.receive()
+        reply["record"] = record
+        self.records += record
         return reply
 
     def _exit_code(self) -> int | None:
@@ -343,6 +428,279 @@ class CandidateProcess:
         self.kill()  # the whole tree: children a candidate forked die too
         self.log.close()
         self.replies.close()
+
+
+class ProblemProcess(CandidateProcess):
+    """The fenced process that runs a file problem's code (kernels/evaluator/problem_process.py): the
+    same fences as a candidate's, in the evaluation's scratch folder beside it. It reads `in/` (the
+    problem file) and writes only `problem/`, where it leaves inputs and references for the judge; the
+    candidate cannot read that folder. It may start the compilers torch.compile's baselines use."""
+
+    MODULE = "kernels.evaluator.problem_process"
+    NAME = "problem"
+    WHO = "the problem file"
+
+    def __init__(self, device: str, scratch: Path, source: str) -> None:
+        # Its compiler caches (Triton's, torch.compile's) are its own file's: kept across evaluations
+        # of the same file, so its baselines compile once, and out of reach of candidates and of
+        # other files, none of which can plant a slow kernel there
+        digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+        self.cache = Path(tempfile.gettempdir()) / "marathon-problem-cache" / digest
+        for sub in ("triton", "inductor"):
+            (self.cache / sub).mkdir(parents=True, exist_ok=True)
+        super().__init__(device, scratch)
+
+    def caches(self) -> list[str]:
+        return [str(self.cache)]
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        # torch.compile's compile workers (Python processes, which it may not start) off: it compiles in
+        # this process; and no precompiled headers (their cache key is hashed by an openssl process)
+        env.update({"TRITON_CACHE_DIR": str(self.cache / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(self.cache / "inductor"),
+                    "TORCHINDUCTOR_COMPILE_THREADS": "1", "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0"})
+        return env
+
+    def assign_problem(self, problem_file: Path, name: str, param_seed: int, budget_s: float, memory_cap: int) -> None:
+        self.budget_s = budget_s
+        self.memory_cap = memory_cap
+        self.assigned = True
+        self.send({"nonce": self.nonce, "problem_file": str(problem_file), "problem_name": name,
+                   "param_seed": param_seed, "device": self.device, **self.fence_assignment("torch-compile")})
+
+
+PROBLEM_BUDGET_S = float(os.environ.get("MARATHON_PROBLEM_TIMEOUT_S", "300"))  # a file problem's code, all told
+
+
+def time_baseline(fn, ref: torch.Tensor, input_sets: list[dict], device: str, reps: int, warmup: int,
+                  sync_reps: int, limit_rel: float) -> dict:
+    """One baseline: checked against the reference on the first input set (a broken one is far off),
+    then timed as candidates are. {"kind": "timed", "timing"} | {"kind": "disagrees", "rel"} |
+    {"kind": "failed", "error"}. Run by the judge for shipped problems and by a file problem's process
+    for its own baselines."""
+    try:
+        with torch.no_grad():
+            rel, _, finite = compare(fn(**input_sets[0]), ref)
+        if not finite or rel > limit_rel:
+            return {"kind": "disagrees", "rel": rel}
+        with torch.no_grad():
+            raw = timing.time_fn(fn, input_sets, device, reps, warmup, **({"sync_reps": sync_reps} if sync_reps else {}))
+    except Exception as exc:  # a broken optional baseline is reported, never fatal
+        return {"kind": "failed", "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    return {"kind": "timed", "timing": raw}
+
+
+class RemoteFileProblem:
+    """A file problem's run-time half as the judge sees it: what kernels/problems/kernelbench_runtime.py's
+    FileReference offers the judge (inputs, references, output specs, bytes, baselines), served by a
+    ProblemProcess, so the file's code (its module top level, get_inputs, get_init_inputs, Model, the
+    baselines built from it) never runs in the judge. Inputs and references cross as files."""
+
+    def __init__(self, spec: ProblemSpec, device: str) -> None:
+        self.spec, self.device = spec, device
+        self.param_seed = 0
+        self.eager_reference = True  # compute each input set's reference as it is made (not in compile mode)
+        self.proc: ProblemProcess | None = None
+        self.fences: dict = {}
+        self.current_shape: dict[str, int] | None = None
+        self._specs: dict[tuple, tuple] = {}
+        self._names: list[str] | None = None
+        self._made: dict[int, tuple] = {}  # id(first input tensor) -> (that tensor, its reference's file)
+        self._count = 0
+
+    def start(self, scratch: Path, memory_cap: int) -> None:
+        """Starts the process in the evaluation's scratch folder and waits until the file is loaded."""
+        problem_file = scratch / "in" / "problem.py"
+        problem_file.parent.mkdir(exist_ok=True)
+        problem_file.write_text(self.spec.source)
+        self.proc = ProblemProcess(self.device, scratch, self.spec.source)
+        self.proc.assign_problem(problem_file, self.spec.name, self.param_seed, PROBLEM_BUDGET_S, memory_cap)
+        try:
+            fenced = self.proc.receive()
+        except Outcome as outcome:
+            if outcome.status == "timeout":
+                raise
+            raise EvaluatorError(f"the problem's sandbox failed before loading the file ({outcome.reason}):\n"
+                                 f"{self.proc.log_tail()[-2500:]}") from None
+        self.fences = dict(fenced.get("fences", {}))
+        self._request_reply(None, "ready")
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.close()
+
+    def log_tail(self) -> str:
+        return self.proc.log_tail() if self.proc is not None else ""
+
+    def _request_reply(self, cmd: dict | None, expect: str) -> dict:
+        try:
+            if cmd is None:
+                reply = self.proc.receive()
+                if reply["kind"] == "error":
+                    raise Outcome("crashed", f"the problem file failed to load:\n{reply.get('error', '')}")
+                return reply
+            return self.proc.request(cmd, expect)
+        except Outcome as outcome:
+            # the problem's fault, not the candidate's: said so, and the evaluation ends here
+            raise Outcome("crashed", f"{outcome.reason}\n(the problem file's own code failed; the candidate "
+                          "was not judged past this point)") from None
+
+    def output_spec(self, shape: dict[str, int], dtype: torch.dtype) -> tuple[tuple[int, ...], torch.dtype]:
+        key = (tuple(sorted(shape.items())), dtype)
+        if key not in self._specs:
+            reply = self._request_reply({"op": "spec", "shape": shape, "dtype": _dtype_name(dtype)}, "spec")
+            self._specs[key] = (tuple(int(d) for d in reply["shape"]), getattr(torch, reply["dtype"]))
+        return self._specs[key]
+
+    def min_bytes(self, shape: dict[str, int], elem: int) -> float:
+        return float(self._request_reply({"op": "min_bytes", "shape": shape, "elem": elem}, "min_bytes")["bytes"])
+
+    def traffic(self, shape: dict[str, int], elem: int):
+        from kernels.problems.kernelbench import tensor_flops
+        from kernels.problems.spec import Traffic
+        return Traffic(self.min_bytes(shape, elem), tensor_flops(self.spec, shape))
+
+    def _file(self, what: str) -> Path:
+        self._count += 1
+        return self.proc.workdir / f"{what}_{self._count}.pt"
+
+    def make_inputs(self, shape: dict[str, int], seed: int, device: str, dtype: torch.dtype,
+                    keep_as: Path | None = None) -> dict:
+        """The inputs of this seed, on `device`; `keep_as`: their file is moved there (the candidate's)."""
+        inputs_path, ref_path = self._file("inputs"), (self._file("reference") if self.eager_reference else None)
+        self._request_reply({"op": "make", "shape": shape, "seed": seed, "dtype": _dtype_name(dtype),
+                             "inputs": str(inputs_path), "reference": str(ref_path) if ref_path else None}, "made")
+        self.current_shape = dict(shape)
+        inputs = _load_regular(inputs_path, device)
+        if keep_as is not None:
+            os.replace(inputs_path, keep_as)
+        else:
+            inputs_path.unlink(missing_ok=True)
+        first = _first_tensor(inputs)
+        if first is not None and ref_path is not None:
+            self._made[id(first)] = (first, ref_path)
+        return inputs
+
+    def reference(self, **inputs) -> torch.Tensor:
+        """The reference for inputs this process made (its file, made with them), or for any others
+        (sent over as a file)."""
+        first = _first_tensor(inputs)
+        device = first.device if first is not None else torch.device("cpu")
+        made = self._made.pop(id(first), None) if first is not None else None
+        if made is not None and made[0] is first and made[1].exists():
+            ref_path = made[1]
+        else:
+            inputs_path, ref_path = self._file("reference_inputs"), self._file("reference")
+            torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}, inputs_path)
+            self._request_reply({"op": "reference", "shape": self.current_shape, "inputs": str(inputs_path),
+                                 "output": str(ref_path)}, "referenced")
+            inputs_path.unlink(missing_ok=True)
+        ref = _load_regular(ref_path, device)
+        ref_path.unlink(missing_ok=True)
+        return ref
+
+    def baseline_names(self) -> list[str]:
+        if self._names is None:
+            self._names = list(self._request_reply({"op": "baseline_names"}, "baseline_names")["names"])
+        return self._names
+
+    def time_baselines(self, shape: dict[str, int], input_sets: list[dict], names: list[str], **how) -> dict:
+        paths = []
+        for inputs in input_sets:
+            paths.append(self._file("baseline_inputs"))
+            torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}, paths[-1])
+        try:
+            reply = self._request_reply({"op": "baselines", "shape": shape, "inputs": [str(p) for p in paths],
+                                         "names": names, **how}, "baselines")
+        finally:
+            for path in paths:
+                path.unlink(missing_ok=True)
+        return reply["results"]
+
+    def pids(self) -> set[int]:
+        return set(isolation.process_tree(self.proc.proc.pid, self.proc.token)) if self.proc is not None else set()
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _load_regular(path: Path, device) -> object:
+    """torch.load of a file an untrusted process wrote: tensors only, and only a regular file (a
+    symlink could point the judge at a file of its own, a FIFO would hang it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise Outcome("crashed", f"the problem file's process left no readable file {path.name} ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise Outcome("crashed", f"the problem file's process left {path.name} as something other than a file")
+        return torch.load(f, map_location=device, weights_only=True)
+
+
+def _first_tensor(inputs: dict):
+    return next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)
+
+
+RECORD_KINDS = ("rec", "seal")
+
+
+@dataclass
+class CallRecord:
+    """What the record says about one candidate call (or, for `outside`, about no call)."""
+    begun: int = 0
+    probed: int = 0
+    ended: int = 0
+    problems: list[str] = field(default_factory=list)
+    kernels: list[str] = field(default_factory=list)
+    own: int = 0
+    ops: Counter = field(default_factory=Counter)
+    side: set[str] = field(default_factory=set)
+    odd: set[str] = field(default_factory=set)
+    threads: int = 0
+
+
+def read_record(lines: list[dict]) -> tuple[dict[int, CallRecord], CallRecord]:
+    """The record lines of a command, in the order written, by call: a call runs from its begin marker
+    to its end marker; launches and ops in between are its own; anything else is `outside`."""
+    calls: dict[int, CallRecord] = {}
+    outside = CallRecord()
+    current: CallRecord | None = None
+    for line in lines:
+        what = line.get("what")
+        if what == "begin":
+            current = calls.setdefault(int(line.get("call", -1)), CallRecord())
+            current.begun += 1
+            continue
+        if what == "end":
+            ended = calls.setdefault(int(line.get("call", -1)), CallRecord())
+            ended.ended += 1
+            ended.problems += [str(p) for p in line.get("problems") or []]
+            current = None
+            continue
+        target = current if current is not None else outside
+        if what == "probe":
+            target.probed += 1
+        elif what == "launch":
+            name = str(line.get("name"))
+            target.kernels.append(name)
+            if line.get("own") and name.startswith("candidate."):
+                target.own += 1
+            if line.get("side"):
+                target.side.add(name)
+            if line.get("odd"):
+                target.odd.add(f"{name} got {', '.join(map(str, line['odd']))}")
+        elif what == "op":
+            target.ops[str(line.get("name"))] += 1
+        elif what == "thread":
+            target.threads += 1
+    return calls, outside
+
+
+def _sealed_reason(line: dict) -> str:
+    return (f"the sandbox's seal ended the candidate's process on {str(line.get('event'))[:80]} "
+            f"{str(line.get('why'))[:300]}: an action no kernel needs (the seal is the run-time layer behind the "
+            "static policy)")
 
 
 def _disk_usage(root: Path, cap: int = 100_000) -> int:
@@ -403,8 +761,17 @@ def probe_value(rng: random.Random, lo: int, hi: int, log: bool) -> int:
     return min(hi, max(lo, int(math.exp(rng.uniform(math.log(lo), math.log(hi + 1))))))
 
 
-CHECKED_TIMED_CALLS = 4  # on CUDA, random timed outputs re-checked (chosen after timing; plus the last
-# timed call and the last graph replay); on the CPU every one
+CHECKED_TIMED_CALLS = 5  # on CUDA, random outputs of the eager timed calls re-checked (chosen after timing),
+CHECKED_OTHER_CALLS = 2  # and of the other phases' calls, plus the last timed call and the last graph replay;
+# on the CPU every one
+# Calls the judge times by its own clock after the timing run: batches of up to CLOCKED_CALLS back to
+# back (on the CPU one batch of 2), each on its own inputs, within CLOCK_INPUT_BYTES of inputs (a batch
+# this long spreads the round trip thin); the quicker of CLOCKED_BATCHES batches counts. Their indices
+# in the record start at CLOCKED_INDEX.
+CLOCKED_CALLS = 64
+CLOCKED_BATCHES = 2
+CLOCK_INPUT_BYTES = 2**30
+CLOCKED_INDEX = 1_000_000
 
 
 def test_profile() -> DeviceProfile | None:
@@ -425,7 +792,10 @@ class Judge:
         dtype_name = req.dtype or self.spec.dtypes[self.device]
         self.dtype = getattr(torch, dtype_name)
         self.tolerance = self.spec.tolerances[dtype_name]
-        self.reference = self.spec.reference_module()
+        # a shipped problem's reference is trusted code, imported here; a file problem's runs in a
+        # fenced process of its own
+        self.reference = (RemoteFileProblem(self.spec, self.device) if self.spec.source is not None
+                          else self.spec.reference_module())
         self.gpu = gpu_info() if self.device == "cuda" else None
         self.profile = test_profile() or (profile_for_gpu(self.gpu.name) if self.gpu else None)
         cuda = self.device == "cuda"
@@ -436,7 +806,9 @@ class Judge:
         self.rng = random.Random(secrets.randbits(64))
         if self.spec.source is not None:  # a file problem's parameters: drawn fresh too, the same in the sandbox
             self.reference.param_seed = self.seed_base
+            self.reference.eager_reference = req.mode != "compile"
         self.current_shape: dict[str, int] = {}
+        self.calls_made = 0  # the index of the last call command (its record is keyed by it)
         # (shape index, seed index) -> (inputs, their file for the sandbox, reference output or None)
         self.prepared: dict[tuple[int, int], tuple[dict, Path, torch.Tensor | None]] = {}
         self.verdict = Verdict(
@@ -444,6 +816,7 @@ class Judge:
             device=self.device, gpu=self.gpu, dtype=dtype_name,
             versions={"torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version()},
             timing_meaningful=cuda, source_sha256=source_sha256(req.source))
+        self.verdict.sandbox["judge_capabilities"] = judge_capabilities()
 
     @staticmethod
     def _device(wanted: str) -> str:
@@ -502,8 +875,9 @@ class Judge:
             probes = self.probe_shapes(shapes)
             with self._phase("fence_self_test"):
                 self_test = fence_self_test(self.device)
-            if prestarted is not None and prestarted.device != self.device:
-                prestarted.close()
+            if prestarted is not None and (prestarted.device != self.device
+                                           or prestarted.contained != _env_flag(FENCE_SWITCHES["pid_namespace"])):
+                prestarted.close()  # started for another device, or (after the self-test) in the wrong namespace
                 prestarted = None
             with contextlib.ExitStack() as stack:
                 if prestarted is None:
@@ -514,24 +888,51 @@ class Judge:
                     candidate = prestarted
                     self.verdict.sandbox["prestarted"] = True
                 stack.callback(self._close_candidate, candidate)
+                if isinstance(self.reference, RemoteFileProblem):
+                    stack.callback(self._close_problem)
+                    with self._phase("problem_start"):
+                        self.reference.start(candidate.scratch, self._memory_cap())
+                    self.verdict.sandbox.update({f"problem_{k}": v for k, v in self.reference.fences.items()})
                 candidate.assign(self.req.source, self.spec.entry_point, self.req.timeout_s,
                                  fsize=self._file_limit(shapes + probes), memory_cap=self._memory_cap(),
-                                 problem=self._problem_args(candidate.scratch))
+                                 problem=self._problem_args(candidate.inputs_dir))
                 if self_test:
                     self.verdict.sandbox["self_test"] = self_test
-                self._judge(candidate, candidate.scratch, shapes, probes)
+                self._judge(candidate, candidate.inputs_dir, shapes, probes)
         except Outcome as outcome:
             self.verdict.status, self.verdict.reason = outcome.status, outcome.reason
         finally:
             self.prepared.clear()
+        self._note_missing_fences()
         self.verdict.elapsed_s = round(time.monotonic() - t0, 3)
         if self.verdict.status == "ok" and not self.verdict.reason:
             self.verdict.reason = self._summary()
         return self.verdict
 
+    def _note_missing_fences(self) -> None:
+        """The fences that did not take, in the sandboxes that came up (none, when neither did)."""
+        missing = []
+        if "seccomp" in self.verdict.sandbox:  # the candidate's process reported its fences
+            missing += _missing_fences(self.verdict.sandbox, self.device)
+        if isinstance(self.reference, RemoteFileProblem) and self.reference.fences:
+            missing += [f"{k} (problem file)" for k in _missing_fences(self.reference.fences, self.device)]
+        if missing:
+            self.verdict.sandbox["missing"] = ", ".join(missing)
+
     def _close_candidate(self, candidate: CandidateProcess) -> None:
         self.verdict.log_tail = candidate.log_tail()
         candidate.close()
+        reports = Counter(f"{r.get('event')} {r.get('why')}" for r in candidate.records if r.get("kind") == "seal")
+        if reports:  # MARATHON_SANDBOX_SEAL=report: what the seal would have ended the process for
+            self.verdict.flags.append("the seal would have ended the candidate's process for: " + "; ".join(
+                f"{what} (x{n})" for what, n in reports.most_common(20)))
+
+    def _close_problem(self) -> None:
+        if self.verdict.status != "ok":  # the problem file's own output, where it failed
+            tail = self.reference.log_tail().strip()
+            if tail and "the problem file" in self.verdict.reason:
+                self.verdict.log_tail = (self.verdict.log_tail + "\n--- the problem file's process ---\n" + tail)[-LOG_TAIL_CHARS:]
+        self.reference.close()
 
     def _problem_args(self, scratch: Path) -> dict:
         """For a file problem, what the sandbox needs to build the candidate's ModelNew: the problem's
@@ -571,9 +972,12 @@ class Judge:
         they are needed."""
         if (index, s) not in self.prepared:
             with self._phase("inputs"):
-                inputs = self.reference.make_inputs(shape, self.seed_base + s, self.device, self.dtype)
                 path = scratch / f"inputs_{index}_{s}.pt"
-                torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}, path)
+                if isinstance(self.reference, RemoteFileProblem):  # its file becomes the candidate's
+                    inputs = self.reference.make_inputs(shape, self.seed_base + s, self.device, self.dtype, keep_as=path)
+                else:
+                    inputs = self.reference.make_inputs(shape, self.seed_base + s, self.device, self.dtype)
+                    torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}, path)
             ref = None
             if self.req.mode != "compile":
                 with self._phase("reference"):
@@ -589,9 +993,6 @@ class Judge:
             self._prepare(0, shapes[0], s, scratch)
         with self._phase("sandbox_start"):
             ready = self._ready(candidate)
-        missing = [k for k in ("seccomp", "landlock", "netns") if not self.verdict.sandbox.get(k)]
-        if missing:
-            self.verdict.sandbox["missing"] = ", ".join(missing)
         if ready["banned_modules"]:
             raise Outcome("rejected", f"importing the candidate loaded {', '.join(ready['banned_modules'])}")
         noop_checked = False
@@ -676,7 +1077,8 @@ class Judge:
         if fenced.get("kind") != "fenced":
             raise Outcome("crashed", f"unexpected reply {fenced.get('kind')!r} on the result channel")
         self.verdict.sandbox.update(fenced.get("fences", {}))
-        reply = candidate.receive()
+        self.verdict.sandbox["seal"] = seal_mode()
+        reply = candidate.reply()
         if reply["kind"] == "error":
             raise Outcome("compile_error", f"the candidate failed to import:\n{reply.get('error', '')}")
         if reply["kind"] != "ready":
@@ -684,48 +1086,80 @@ class Judge:
         return reply
 
     def _call(self, candidate, path, out_path, out_shape, out_dtype, noop: bool = False, fill: int = FILL_A) -> dict:
+        self.calls_made += 1
+        index = self.calls_made
         facts = candidate.request({"op": "call", "inputs": str(path), "output": str(out_path), "shape": list(out_shape),
                                  "dtype": str(out_dtype).removeprefix("torch."), "noop": noop, "fill": fill,
-                                 "problem_shape": self.current_shape,
+                                 "problem_shape": self.current_shape, "index": index,
                                  "input_dtype": str(self.dtype).removeprefix("torch.")}, "called")
         banned = [m for m in facts.get("new_modules", []) if module_violation(m)]
         if banned:
             raise Outcome("rejected", f"calling the candidate loaded {', '.join(banned)}")
         if noop:
             return facts
-        self.verdict.kernels_launched = list(dict.fromkeys(self.verdict.kernels_launched + facts["kernels"]))
+        calls, outside = read_record(facts["record"])
+        call = calls.get(index, CallRecord())
+        self.verdict.kernels_launched = list(dict.fromkeys(self.verdict.kernels_launched + call.kernels))
+        self._record_checks(calls, outside, [index], "")
         if facts["output_problem"]:
             raise Outcome("incorrect", f"the candidate {facts['output_problem']}")
         self._facts(facts, "")
-        own = [k for k in facts["kernels"] if k.startswith("candidate.")]
-        if not own:
+        if not call.own:
             raise Outcome("rejected", "no Triton kernel of the candidate's own was launched")
         if facts["inputs_mutated"]:
             raise Outcome("rejected", "the candidate modified its inputs")
         return facts
 
-    def _facts(self, facts: dict, when: str) -> None:
-        """What the sandbox saw during a call (or, with `when`, during the timed calls)."""
-        if facts["torch_ops"]:
-            ops = ", ".join(f"{k} x{v}" for k, v in sorted(facts["torch_ops"].items()))
-            raise Outcome("rejected", f"torch computed part of the answer{when} (" + ops + "); torch may only "
+    def _record_checks(self, calls: dict[int, CallRecord], outside: CallRecord, expected: list[int], when: str) -> None:
+        """What the record says the candidate did: every call asked for has its begin, the probe the harness
+        makes after the candidate returns, and its end; no computing torch op, foreign kernel, side stream or
+        odd argument in any call; nothing launched or computed outside the calls once they began."""
+        for index in expected:
+            call = calls.get(index)
+            if call is None or not call.begun or not call.ended or call.probed < call.begun:
+                if call is not None and call.problems:
+                    break  # said below, more precisely
+                raise Outcome("rejected", f"the sandbox's record of call {index}{when} is incomplete (no "
+                              f"{'begin' if call is None or not call.begun else 'end' if not call.ended else 'probe'}): "
+                              "its torch-op monitor or launch record was removed or bypassed")
+        everything = list(calls.values()) + [outside]
+        problems = sorted({p for c in everything for p in c.problems})
+        if problems:
+            raise Outcome("rejected", f"a candidate call{when} left the sandbox altered: {'; '.join(problems)} "
+                          "(harness steps after the call would run the candidate's code)")
+        ops = sum((c.ops for c in everything), Counter())
+        if ops:
+            listed = ", ".join(f"{k} x{v}" for k, v in sorted(ops.items()))
+            raise Outcome("rejected", f"torch computed part of the answer{when} ({listed}); torch may only "
                           "allocate, view, copy and cast: the arithmetic must be in the candidate's Triton kernels")
-        foreign = [k for k in facts.get("kernels", facts.get("foreign", [])) if not k.startswith("candidate.")]
+        foreign = sorted({k for c in everything for k in c.kernels if not k.startswith("candidate.")})
         if foreign:
             raise Outcome("rejected", f"kernels not defined in the candidate ran{when}: {', '.join(foreign)}")
-        if facts.get("side_streams"):
-            raise Outcome("rejected", f"the candidate launched {', '.join(facts['side_streams'])} on a stream other "
+        side = sorted({k for c in everything for k in c.side})
+        if side:
+            raise Outcome("rejected", f"the candidate launched {', '.join(side)} on a stream other "
                           f"than the caller's{when}: work hidden from the clock")
-        if facts.get("odd_args"):
+        odd = sorted({k for c in everything for k in c.odd})
+        if odd:
             raise Outcome("rejected", f"a kernel argument was not a plain tensor, scalar or descriptor{when} "
-                          f"({'; '.join(facts['odd_args'])}): its methods could run the answer inside the launch")
+                          f"({'; '.join(odd)}): its methods could run the answer inside the launch")
+        if outside.kernels:
+            raise Outcome("rejected", f"the candidate's kernels ran outside its calls{when} "
+                          f"({', '.join(sorted(set(outside.kernels)))}): work deferred out of the clock")
+        threads = sum(c.threads for c in everything)
+        if threads:
+            note = f"the candidate started {threads} thread(s){when}"
+            if note not in self.verdict.flags:
+                self.verdict.flags.append(note)
+
+    def _facts(self, facts: dict, when: str) -> None:
+        """What the harness saw after a call (or, with `when`, after the timed calls)."""
+        if facts.get("tampered"):
+            raise Outcome("rejected", f"the candidate changed the harness{when}: {', '.join(facts['tampered'])} "
+                          "(modules and classes the measurement relies on are sealed before the candidate is loaded)")
         if facts.get("threads_alive"):
             raise Outcome("rejected", f"the candidate left threads running after its call{when} "
                           f"({', '.join(facts['threads_alive'])}): work hidden from the clock")
-        if facts.get("threads_started"):
-            note = f"the candidate started {facts['threads_started']} thread(s){when}"
-            if note not in self.verdict.flags:
-                self.verdict.flags.append(note)
         if facts.get("state_changed"):
             note = ("module-level state changed between calls" + (when or " of one shape") + ": "
                     + ", ".join(facts["state_changed"]) + " (state that persists across calls: a cache?)")
@@ -763,13 +1197,26 @@ class Judge:
         if facts["output_problem"]:
             raise Outcome("incorrect", f"the candidate {facts['output_problem']}")
         self._facts(facts, " during the timed calls")
-        if facts["idle_calls"]:
-            raise Outcome("rejected", f"{len(facts['idle_calls'])} timed call(s) launched none of the candidate's "
+        phases = reply["phases"]
+        asked = {"warmup": self.warmup, "timed": self.reps, "sync": 5 if cuda else 0}
+        if (not isinstance(phases, dict) or any(not isinstance(i, int) for v in phases.values() for i in v)
+                or any(len(phases.get(name, [])) != n for name, n in asked.items()) or len(reply["times_us"]) != self.reps):
+            raise Outcome("rejected", "the timing run did not make the calls the judge asked for "
+                          f"({ {k: len(v) for k, v in phases.items()} } against {asked})")
+        eager = [i for name in asked for i in phases.get(name, [])]
+        calls, outside = read_record(reply["record"])
+        self._record_checks(calls, outside, eager, " during the timed calls")
+        idle = [i for i in eager if not calls[i].own]
+        if idle:
+            raise Outcome("rejected", f"{len(idle)} timed call(s) launched none of the candidate's "
                           "kernels: outputs replayed or cached instead of computed")
         with self._phase("recheck_timed_calls"):
-            self._recheck(candidate, shape, reply["phases"], seed0 + slots)
+            self._recheck(candidate, shape, phases, seed0 + slots)
         result.timing = _timing(reply)
         result.latency_us = result.timing.median_us
+        with self._phase("judge_clock"):
+            self._clock(candidate, result, shape, sum(v.numel() * v.element_size() for v in input_sets[0].values()
+                                                      if isinstance(v, torch.Tensor)))
         if cuda and reply.get("sync_wall_us"):
             self._wall_check(result, shape, statistics.median(reply["sync_wall_us"]))
         if self.req.baselines:
@@ -784,7 +1231,8 @@ class Judge:
         wait for it to leave, up to a bound; the verdict says whom it waited for."""
         uuid = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", None)
         query = gpu_quiet.nvidia_smi_query(f"GPU-{uuid}" if uuid else None)
-        ours = lambda: {os.getpid(), *isolation.process_tree(candidate.proc.pid, candidate.token)}  # noqa: E731
+        problem = self.reference.pids if isinstance(self.reference, RemoteFileProblem) else set
+        ours = lambda: {os.getpid(), *isolation.process_tree(candidate.proc.pid, candidate.token), *problem()}  # noqa: E731
         note = gpu_quiet.wait_for_quiet_gpu(query, ours)
         if note and note not in self.verdict.gpu_shared:
             self.verdict.gpu_shared = "; ".join(filter(None, [self.verdict.gpu_shared, note]))
@@ -793,8 +1241,13 @@ class Judge:
         """Outputs of timed calls, picked after the timing, against the reference on their inputs."""
         every = [i for name in ("warmup", "timed", "sync", "graph") for i in phases.get(name, [])]
         if self.device == "cuda":
-            picked = set(self.rng.sample(every, min(CHECKED_TIMED_CALLS, len(every))))
-            picked.update(phases["timed"][-1:] + phases.get("graph", [])[-1:])
+            # most from the calls whose median is reported: skipping work on enough of them to move the
+            # median (over half) escapes 5 picks from 30 calls about one time in 300
+            timed = phases["timed"]
+            picked = set(self.rng.sample(timed, min(CHECKED_TIMED_CALLS, len(timed))))
+            rest = [i for i in every if i not in picked]
+            picked.update(self.rng.sample(rest, min(CHECKED_OTHER_CALLS, len(rest))))
+            picked.update(timed[-1:] + phases.get("graph", [])[-1:])
         else:
             picked = set(every)
         where = {i: name for name in phases for i in phases[name]}
@@ -838,6 +1291,120 @@ class Judge:
                     yield from self.reference.reference(**stacked).split(shape[self.spec.batch_dim])
                 stack, size = [], 0
 
+    def _clock(self, candidate, result: ShapeResult, shape, input_bytes: int) -> None:
+        """Calls timed by the judge's own clock, across the process boundary. A batch is armed outside
+        the clock: fresh inputs for each call and, on a GPU, the calls captured in a CUDA graph, then the
+        inputs refilled with other values. The fire command brings factors that perturb one input of each
+        call (so nothing could be computed for its inputs before the clock started) and positions for a
+        digest; the sandbox replays the graph (or, where the candidate cannot be captured, makes the calls
+        eagerly), and the reply that stops the clock carries the digest of the outputs. They are then
+        checked against the reference on the same inputs and against the digest. Nothing in the
+        candidate's process decides this time, so a patched timer, forged statistics or an answer
+        computed after the clock stopped (lazily, in the untimed checking) fails here even with every
+        in-process record forged. On a GPU twice: the quicker batch counts."""
+        cuda = self.device == "cuda"
+        n = max(2, min(CLOCKED_CALLS, CLOCK_INPUT_BYTES // max(input_bytes, 1))) if cuda else 2
+        dtype = str(self.dtype).removeprefix("torch.")
+        pings = []
+        for _ in range(3):  # the round trip with no work: what the batch's own round trip holds besides the calls
+            t0 = time.perf_counter()
+            candidate.request({"op": "ping"}, "pong")
+            pings.append((time.perf_counter() - t0) * 1e6)
+        per_call, graphed = [], True
+        for batch in range(CLOCKED_BATCHES if cuda else 1):
+            seed0 = 3 * secrets.randbelow(2**20) + 2**24  # neither a correctness nor a timing seed
+            capture_seeds, seeds = [seed0 + k for k in range(n)], [seed0 + n + k for k in range(n)]
+            index = CLOCKED_INDEX + batch * 4 * CLOCKED_CALLS
+            draw = lambda: secrets.randbelow(timing.DIGEST_MODULUS - 1) + 1  # noqa: E731
+            a, b, pa, pb, da, db = (draw() for _ in range(6))
+            armed = candidate.request({"op": "arm", "problem": self.spec.name, "shape": shape, "dtype": dtype,
+                                       "capture_seeds": capture_seeds, "seeds": seeds, "index": index, "a": a, "b": b,
+                                       "graph": cuda}, "armed")
+            graphed = graphed and bool(armed.get("graph"))
+            t0 = time.perf_counter()
+            reply = candidate.request({"op": "fire", "pa": pa, "pb": pb, "da": da, "db": db}, "fired")
+            per_call.append((time.perf_counter() - t0) * 1e6 / n)
+            if reply["output_problem"]:
+                raise Outcome("incorrect", f"the candidate {reply['output_problem']} (a call timed by the judge)")
+            calls, outside = read_record(armed["record"] + reply["record"])
+            indices = [index + k for k in range(2 * n if armed.get("graph") else n)]
+            where = " during the calls timed by the judge"
+            self._record_checks(calls, outside, indices, where)
+            if not all(calls[i].own for i in indices):
+                raise Outcome("rejected", f"a call{where} launched none of the candidate's kernels")
+            kept = [index + k for k in range(n)]
+            saved = candidate.request({"op": "save_timed", "indices": kept, "dir": str(candidate.workdir)}, "saved")
+            self._facts(saved, where)
+            outs = []
+            for k, seed in enumerate(seeds):
+                path = saved["files"].get(str(kept[k]))
+                if path is None:
+                    raise Outcome("incorrect", "a call timed by the judge returned no usable output")
+                out = torch.load(path, weights_only=True)
+                Path(path).unlink(missing_ok=True)
+                inputs = self._unreferenced_inputs(shape, seed)
+                timing.perturb_inputs(inputs, pa, pb + k)
+                ref = self.reference.reference(**inputs)
+                rel, max_abs, finite = compare(out, ref)
+                if not finite or rel > self.tolerance.rel or max_abs > self.tolerance.abs_frac * ref.abs().max().item():
+                    why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
+                    raise Outcome("incorrect", f"the output of a call timed by the judge at {_fmt(shape)} is wrong ({why}): "
+                                  "its inputs took fresh values when the clock started")
+                outs.append(out)
+                del inputs, ref
+            weights = timing.digest_weights(timing.DIGEST_ELEMENTS, a, b, "cpu")
+            digest = timing.batch_digest(outs, da, db, weights)
+            claimed = reply["digest"]
+            if not isinstance(claimed, (int, float)) or abs(claimed - digest) > 1e-6 * (abs(digest) + 1.0):
+                raise Outcome("rejected", f"the outputs saved after the calls timed by the judge at {_fmt(shape)} are not "
+                              "the ones their reply described when the clock stopped: the answers were computed afterwards")
+            del outs
+        result.timing.judge_clock_us = round(min(per_call), 3)
+        self._clock_check(result, shape, min(per_call), n, min(pings), graphed)
+
+    def _unreferenced_inputs(self, shape, seed: int) -> dict:
+        """A seed's inputs, to be changed before their reference is asked for: a file problem's process
+        must not make (and the judge not reuse) the reference of the inputs as they were made."""
+        eager = getattr(self.reference, "eager_reference", None)
+        if eager is None:
+            return self.reference.make_inputs(shape, seed, self.device, self.dtype)
+        self.reference.eager_reference = False
+        try:
+            return self.reference.make_inputs(shape, seed, self.device, self.dtype)
+        finally:
+            self.reference.eager_reference = eager
+
+    def _clock_check(self, result: ShapeResult, shape, judge_us: float, n: int, ping_us: float, graphed: bool) -> None:
+        """The reported per-call time against the judge's own: a batch's round trip over its calls is at
+        least what a call takes. Replayed from a CUDA graph, a call's share is its GPU time (warm L2, so
+        about the reported cold figure or less) plus the perturbation, the round trip and the digest
+        spread over the batch. Made eagerly (the CPU, or a candidate no graph can hold), a call's share
+        also holds the host's cost of launching it from Python, which the events leave out (the larger of
+        the event and synchronised wall-clock figures counts; on the CPU, whose interpreted calls vary
+        severalfold on a busy machine, 20x and 50 ms).
+        The round trip allowed for is the judge's own ping of the process, capped (a process slowed on
+        purpose gains little)."""
+        claimed = result.timing.median_us
+        overhead = (min(ping_us, 1000.0) + 300.0) / n + 5.0
+        # On a GPU the rejection bound is kept wide (10x, plus a fixed allowance): each call's share of a
+        # batch also holds the perturbation and digest launches, a few microseconds each, which weigh on
+        # a kernel of ~20 us; it catches a misreport by an order of magnitude or more (a patched timer
+        # reports ~1 us for a call of milliseconds), and anything past 3x is flagged for a person.
+        if graphed:
+            limit, flag, what = 10 * claimed + overhead + 200.0, 3 * claimed + overhead, "replayed in a CUDA graph"
+        elif self.device == "cuda":
+            host = max(claimed, result.timing.sync_wall_us or 0.0)
+            limit, flag, what = 10 * host + overhead + 500.0, 3 * host + overhead + 100.0, "made eagerly"
+        else:  # the interpreter on a shared CPU: calls vary severalfold; only a gross misreport is caught
+            limit, flag, what = 20 * claimed + overhead + 50_000.0, math.inf, "made eagerly"
+        if judge_us > limit:
+            raise Outcome("rejected", f"at {_fmt(shape)} the judge's own clock saw {judge_us:.1f} us per call ({n} calls "
+                          f"{what}, back to back, round trip included) where the sandbox reported {claimed:.1f} us "
+                          "per call: the reported time is not the time the calls take (a timer or its statistics patched?)")
+        if self.device == "cuda" and judge_us > flag:
+            self.verdict.flags.append(f"at {_fmt(shape)}: {judge_us:.1f} us per call by the judge's clock ({what}, round "
+                                      f"trip included) against {claimed:.1f} us reported: check the timing")
+
     def _wall_check(self, result: ShapeResult, shape, wall_us: float) -> None:
         """Event time against the wall clock of a call between two full device synchronisations."""
         event_us = result.timing.median_us
@@ -854,7 +1421,9 @@ class Judge:
         """Physically impossible speed is rejected; a speedup over 10x the strongest baseline flagged."""
         if self.profile and result.latency_us is not None:
             elem = self.dtype.itemsize
-            result.floor_us = round(self.spec.traffic(shape, elem).floor_us(self.profile), 4)
+            traffic = (self.reference.traffic(shape, elem) if isinstance(self.reference, RemoteFileProblem)
+                       else self.spec.traffic(shape, elem))
+            result.floor_us = round(traffic.floor_us(self.profile), 4)
             result.roofline_pct = round(100.0 * result.floor_us / result.latency_us, 2) if result.latency_us > 0 else math.inf
             if result.latency_us < FLOOR_MARGIN * result.floor_us:
                 raise Outcome("rejected", f"{result.latency_us:.2f} us at {_fmt(shape)} is under the {self.profile.name} "
@@ -872,14 +1441,14 @@ class Judge:
                 if k.shape == shape and k.gpu == gpu and k.reps == self.reps}
 
     def _baselines(self, result: ShapeResult, input_sets) -> None:
-        module = self.spec.baselines_module()
+        remote = isinstance(self.reference, RemoteFileProblem)
+        offered = self.reference.baseline_names() if remote else self.spec.baselines_module().baselines(self.device)
         known = self._known_baselines(result.shape)
-        ref = None
-        offered = module.baselines(self.device)
         unknown = sorted(set(self.req.only_baselines) - set(offered))
         if unknown:
             self.verdict.flags.append(f"no baseline named {', '.join(unknown)} here (offered: {', '.join(offered)})")
-        for name, fn in offered.items():
+        wanted = []
+        for name in offered:
             if self.req.only_baselines and name not in self.req.only_baselines:
                 continue
             if name in known:  # timed by an earlier evaluation on this GPU: reused, and said so
@@ -887,22 +1456,26 @@ class Judge:
                 result.baselines[name] = known[name].timing.median_us
                 result.baselines_reused[name] = known[name].age_s
                 continue
-            if ref is None:
-                ref = self.reference.reference(**input_sets[0])
-            try:
-                with torch.no_grad():
-                    rel, _, finite = compare(fn(**input_sets[0]), ref)
-                if not finite or rel > BASELINE_TOLERANCE_FACTOR * self.tolerance.rel:
-                    self.verdict.flags.append(f"baseline {name} disagrees with the reference (rel_err {rel:.3g}); left out")
-                    continue
-                with torch.no_grad():
-                    t = timing.time_fn(fn, input_sets, self.device, self.reps, self.warmup,
-                                       **({"sync_reps": 5} if self.device == "cuda" else {}))
-            except Exception as exc:  # a broken optional baseline is reported, never fatal
-                self.verdict.flags.append(f"baseline {name} failed: {type(exc).__name__}: {str(exc)[:200]}")
-                continue
-            result.baseline_timings[name] = _timing(t)
-            result.baselines[name] = result.baseline_timings[name].median_us
+            wanted.append(name)
+        if not wanted:
+            return
+        how = {"reps": self.reps, "warmup": self.warmup, "sync_reps": 5 if self.device == "cuda" else 0,
+               "limit_rel": BASELINE_TOLERANCE_FACTOR * self.tolerance.rel}
+        if remote:  # timed where the file's code runs, in its fenced process
+            outcomes = self.reference.time_baselines(result.shape, input_sets, wanted, **how)
+        else:
+            ref = self.reference.reference(**input_sets[0])
+            outcomes = {name: time_baseline(offered[name], ref, input_sets, self.device, **how) for name in wanted}
+        for name in wanted:
+            outcome = outcomes.get(name) or {"kind": "failed", "error": "no result"}
+            if outcome["kind"] == "disagrees":
+                self.verdict.flags.append(f"baseline {name} disagrees with the reference (rel_err "
+                                          f"{outcome['rel']:.3g}); left out")
+            elif outcome["kind"] == "failed":
+                self.verdict.flags.append(f"baseline {name} failed: {outcome['error']}")
+            else:
+                result.baseline_timings[name] = _timing(outcome["timing"])
+                result.baselines[name] = result.baseline_timings[name].median_us
 
     def _summary(self) -> str:
         if self.req.mode != "full":
@@ -915,6 +1488,15 @@ class Judge:
             parts.append(f"{_fmt(r.shape)}: {r.latency_us:.1f} us" + (f" ({sp})" if sp else ""))
         note = "" if self.verdict.timing_meaningful else " [CPU interpreter: times not meaningful]"
         return "correct on every shape; " + "; ".join(parts) + note
+
+
+def _missing_fences(facts: dict, device: str) -> list[str]:
+    """The fences a sandbox's facts say did not take (the program allowlist matters only on CUDA: on the
+    CPU seccomp lets nothing start at all)."""
+    wanted = ["seccomp", "landlock", "landlock_reads", "netns", "pid_namespace"]
+    if device == "cuda":
+        wanted.append("landlock_exec")
+    return [k for k in wanted if not facts.get(k)]
 
 
 def _timing(raw: dict) -> Timing:
@@ -956,9 +1538,25 @@ def _await_request() -> tuple[list[str] | None, CandidateProcess, Path]:
     return (json.loads(line) if line.strip() else None), candidate, scratch
 
 
+# What the judge keeps of root's capabilities: CAP_SYS_ADMIN, which its sandboxes need to make their
+# PID and network namespaces, and CAP_SETPCAP, with which they empty their bounding sets. Not
+# CAP_SYS_PTRACE (the worker's /proc environ and memory), not CAP_DAC_OVERRIDE (other users' files),
+# nor the rest; the bounding set too, so nothing it starts gets them back.
+JUDGE_CAPABILITIES = (isolation.CAP_SYS_ADMIN, isolation.CAP_SETPCAP)
+
+
+def judge_capabilities() -> str:
+    """The judge's capabilities, for the verdict: "none", their names, or how many."""
+    names = isolation.capability_names(isolation.capability_sets().get("CapEff", 0))
+    return (", ".join(names) or "none") if len(names) <= 4 else f"{len(names)} capabilities"
+
+
 def main(argv: list[str]) -> int:
-    # first: nothing this process starts may read its memory, environment or command line
+    # first: nothing this process starts may read its memory, environment or command line, and it
+    # keeps no capability it does not need
     confinement.make_non_dumpable()
+    if isolation.capability_sets().get("CapEff", 0) and _env_flag(FENCE_SWITCHES["capabilities"]):
+        isolation.drop_capabilities(keep=JUDGE_CAPABILITIES, no_new_privs=False)
     prestarted, scratch = None, None
     try:
         if argv[:1] == [AWAIT_REQUEST]:

@@ -14,14 +14,13 @@ class DeviceProfile:
     source: str
 
 
-# H200: a 8.6 GB device-to-device copy moved 4.3 TB/s and an 8192^3 bf16 matmul ran at ~790 TFLOP/s
-# on this workplace's H200s (device/KINDS.md, 2026-10-28; bench/device_peaks.py measured 788.6 TFLOP/s
-# and 4.21 TB/s for a 2 GiB copy on 2026-12-03: bench/results/h200/device_peaks.json). H100 SXM:
-# datasheet 3.35 TB/s and 989 TFLOP/s scaled by the same achieved/datasheet ratios (0.90, 0.80), so
-# both floors mean the same thing.
+# H200: on an H200, an 8.6 GB device-to-device copy moved 4.3 TB/s and an 8192^3 bf16 matmul ran at
+# ~790 TFLOP/s; bench/device_peaks.py measured 788.6 TFLOP/s and 4.21 TB/s for a 2 GiB copy
+# (bench/results/h200/device_peaks.json). H100 SXM: datasheet 3.35 TB/s and 989 TFLOP/s scaled by the
+# same achieved/datasheet ratios (0.90, 0.80), so both floors mean the same thing.
 PROFILES: dict[str, DeviceProfile] = {
     "H200": DeviceProfile("H200", 4.3e12, 790e12, 60e12, 60 * 2**20,
-                          "measured on this workplace's H200 (copy 4.3 TB/s, bf16 GEMM 790 TFLOP/s)"),
+                          "measured on an H200: copy 4.3 TB/s, bf16 GEMM 790 TFLOP/s (bench/device_peaks.py)"),
     "H100": DeviceProfile("H100", 3.0e12, 790e12, 60e12, 50 * 2**20,
                           "H100 SXM datasheet scaled by the H200's achieved/datasheet ratios"),
 }

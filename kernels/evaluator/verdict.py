@@ -32,6 +32,9 @@ class Timing(BaseModel):
     # one call by the wall clock between two full device synchronisations: the host's launch cost
     # included (the event times above hold the device's own work only)
     sync_wall_us: float | None = None
+    # the quickest of a few calls timed by the judge's own clock, across the process boundary (the round
+    # trip included): a bound on the figures above that nothing in the candidate's process decides
+    judge_clock_us: float | None = None
 
 
 class KnownBaseline(BaseModel):
@@ -65,6 +68,21 @@ class ShapeResult(BaseModel):
     note: str | None = None
 
 
+class MetricResult(BaseModel):
+    """A task's figure (tasks/measure.py): the candidate's, and the task's own files' measured in the
+    same call, runs interleaved. A task's verdict has this instead of shapes."""
+    name: str  # how it was read: wall_time, failure_rate, "METRIC <name>", "regex:..."
+    unit: str = ""
+    direction: Literal["lower", "higher"] = "lower"
+    value: float | None = None  # the median of the samples, or the failure rate
+    baseline: float | None = None
+    samples: list[float] = Field(default_factory=list)
+    baseline_samples: list[float] = Field(default_factory=list)
+    gain: float | None = None  # > 1: better than the task's own files
+    changed: list[str] = Field(default_factory=list)  # the files the candidate changes
+    guard_tail: str = ""
+
+
 class Verdict(BaseModel):
     status: Status
     reason: str
@@ -91,12 +109,16 @@ class Verdict(BaseModel):
     # other processes found on the GPU before timing (kernels/evaluator/gpu_quiet.py): whom the judge waited for
     # and whether it timed beside them; empty when the GPU was the judge's alone (and on the CPU)
     gpu_shared: str = ""
+    metric: MetricResult | None = None  # a task's figure (its shapes are empty)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
     def best_speedup(self) -> float | None:
-        """The smallest speedup against the strongest baseline over the shapes: the honest headline."""
+        """The smallest speedup against the strongest baseline over the shapes: the honest headline.
+        A task's: how many times better than its own files."""
+        if self.metric is not None:
+            return self.metric.gain
         worst = [min(r.speedup.values()) for r in self.shapes if r.speedup]
         return min(worst) if worst else None

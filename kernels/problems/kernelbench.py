@@ -4,8 +4,9 @@ with Model's constructor; the sandbox loads Model's state_dict into it, so param
 
 The spec half (`file_problem`) reads the file's syntax only, so the CLI and the workflow's activities
 can check a file without torch. The run-time half (`FileReference`) executes the file; it is built in
-the judge process (reference, baselines, roofline bytes) and in the sandbox (the candidate's inputs
-and its ModelNew), never in a worker.
+the problem's fenced process (kernels/evaluator/problem_process.py: inputs, reference, baselines,
+roofline bytes, for the judge) and in the candidate's sandbox (its timed inputs and its ModelNew),
+never in the judge or a worker: a problem file is as untrusted as a candidate.
 
 Optional module-level constants a file may declare:
     TOLERANCE = {"rel": 1e-3, "abs_frac": 1e-2}   relative L2 and max-abs (fraction of max|ref|) limits
@@ -178,12 +179,15 @@ def file_problem(name: str, source: str) -> ProblemSpec:
     if flops is not None and not isinstance(flops, str):
         raise ProblemFileError(f"problem {name}: FLOPS must be an expression in the dimensions, as a string")
 
+    if flops is not None:
+        _check_flops(name, flops, facts.dims)
+
     def traffic(shape: dict[str, int], elem: int) -> Traffic:
-        # the memory floor: inputs, parameters and outputs through device memory once
+        # the memory floor: inputs, parameters and outputs through device memory once (this runs the
+        # file's code: the judge asks the problem's fenced process instead, kernels/evaluator/judge.py)
         from kernels.problems.kernelbench_runtime import FileReference
         nbytes = FileReference.get(name, source).min_bytes(shape, elem)
-        tensor_flops = float(eval(flops, {"__builtins__": {}, "math": math}, dict(shape))) if flops else 0.0
-        return Traffic(nbytes, tensor_flops)
+        return Traffic(nbytes, _flops(flops, shape))
 
     def check(shape: dict[str, int]) -> None:
         if math.prod(shape.values()) > 2**40:
@@ -192,14 +196,51 @@ def file_problem(name: str, source: str) -> ProblemSpec:
     spec = FileProblemSpec(
         name=name, entry_point=ENTRY_POINT, dims=tuple(facts.dims), shape_sets=shape_sets, defaults=dict(facts.dims),
         check_shape=check, traffic=traffic, tolerances=_tolerances(name, c.get("TOLERANCE")),
-        dtypes={"cpu": dtype, "cuda": dtype}, shipped_kernels=(), probe_ranges=probe_ranges, source=source, seeds=2)
+        dtypes={"cpu": dtype, "cuda": dtype}, shipped_kernels=(), probe_ranges=probe_ranges, source=source, seeds=2,
+        flops=flops)
     return spec
+
+
+# FLOPS is arithmetic over the dimensions and math's functions, nothing else: it is evaluated outside
+# the problem's fenced process (the judge's roofline), so its syntax is checked against this first
+_FLOPS_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Call, ast.Attribute,
+                ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.USub, ast.UAdd)
+
+
+def _check_flops(name: str, expr: str, dims: dict[str, int]) -> None:
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError:
+        raise ProblemFileError(f"problem {name}: FLOPS {expr!r} is not an expression") from None
+    for node in ast.walk(tree):
+        ok = isinstance(node, _FLOPS_NODES)
+        if isinstance(node, ast.Constant):
+            ok = isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+        elif isinstance(node, ast.Name):
+            ok = node.id in dims or node.id == "math"
+        elif isinstance(node, ast.Attribute):
+            ok = isinstance(node.value, ast.Name) and node.value.id == "math" and not node.attr.startswith("_")
+        elif isinstance(node, ast.Call):
+            ok = isinstance(node.func, ast.Attribute) and not node.keywords
+        if not ok:
+            raise ProblemFileError(f"problem {name}: FLOPS may use the dimensions, numbers, + - * / // % ** and "
+                                   f"math's functions only; {type(node).__name__} in {expr!r}")
+
+
+def _flops(expr: str | None, shape: dict[str, int]) -> float:
+    return float(eval(expr, {"__builtins__": {}, "math": math}, dict(shape))) if expr else 0.0
+
+
+def tensor_flops(spec: "FileProblemSpec", shape: dict[str, int]) -> float:
+    """The tensor-core FLOPs a file declares (FLOPS) at this shape; 0 when it declares none."""
+    return _flops(spec.flops, shape)
 
 
 @dataclass(frozen=True)
 class FileProblemSpec(ProblemSpec):
     """A ProblemSpec whose reference and baselines are the file's Model, and whose statement is made
     from the file."""
+    flops: str | None = None  # the file's FLOPS expression, checked (_check_flops)
 
     @property
     def statement(self) -> str:

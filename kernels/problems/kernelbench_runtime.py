@@ -1,7 +1,8 @@
 """The run-time half of a KernelBench-format file problem (kernels/problems/kernelbench.py): the file executed,
-with its size constants overridden per shape. It serves the judge (inputs, the fp32 reference, the
-eager and torch.compile baselines, the roofline's bytes) and the sandbox (the same inputs, and the
-candidate's ModelNew built with Model's constructor arguments and state_dict)."""
+with its size constants overridden per shape. It runs only inside the fences: in the problem's own
+process, which serves the judge (inputs, the fp32 reference, the eager and torch.compile baselines, the
+roofline's bytes; kernels/evaluator/problem_process.py), and in the candidate's (the same inputs, and
+the candidate's ModelNew built with Model's constructor arguments and state_dict)."""
 from __future__ import annotations
 
 import ast

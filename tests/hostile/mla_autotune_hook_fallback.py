@@ -1,7 +1,8 @@
 """Falling back to torch in an autotuner pre-hook: a single-config autotuner whose pre_hook
-computes the answer with torch before the (empty) kernel runs. Defence: only the autotuner's
-benchmarking is exempt from the monitor, not its hooks around the real launch.
-Expected: rejected ("torch computed")."""
+computes the answer with torch before the (empty) kernel runs. Defence: statically rejected
+(triton.Config takes no pre_hook); with the static policy skipped, only the autotuner's benchmarking
+is exempt from the monitor, not its hooks around the real launch. Expected: rejected; run-time:
+rejected ("torch computed")."""
 import torch
 import triton
 import triton.language as tl

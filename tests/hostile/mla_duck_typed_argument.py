@@ -1,7 +1,8 @@
 """Running torch inside the launch through an argument: passes an object whose data_ptr() (called
-by Triton while binding arguments) computes the answer with torch. Defence: kernel arguments
-must be plain tensors, scalars or descriptors, and the launch is watched by the torch-op
-monitor. Expected: rejected ("torch computed")."""
+by Triton while binding arguments) computes the answer with torch. Defence: statically rejected (a
+candidate's class may not have a data_ptr member); with the static policy skipped, kernel arguments
+must be plain tensors, scalars or descriptors, and the launch is watched by the torch-op monitor.
+Expected: rejected; run-time: rejected ("kernel argument was not a plain tensor")."""
 import torch
 import triton
 import triton.language as tl

@@ -1,7 +1,7 @@
 """Falling back to torch where the monitor used to look away: the answer is computed with torch
-inside the grid function, which Triton calls inside its launch. Defence: the launch is not
-exempt from the torch-op monitor (only the autotuner's benchmarking is). Expected: rejected
-("torch computed")."""
+inside the grid function, which Triton calls inside its launch. Defence: statically rejected
+(torch.softmax); with the static policy skipped, the launch is not exempt from the torch-op monitor
+(only the autotuner's benchmarking is). Expected: rejected; run-time: rejected ("torch computed")."""
 import torch
 import triton
 import triton.language as tl

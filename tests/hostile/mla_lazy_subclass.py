@@ -1,6 +1,8 @@
 """Work deferred in a tensor subclass: returns its output as a subclass of torch.Tensor (which
-could compute lazily, when first read, after the clock stopped). Defence: the output must be a
-plain torch.Tensor. Expected: incorrect ("expected a plain torch.Tensor")."""
+could compute lazily, when first read, after the clock stopped). Defence: statically rejected (a
+candidate's class derives from nn.Module or its own classes; as_subclass is not an allowed attribute);
+with the static policy skipped, the output must be a plain torch.Tensor. Expected: rejected;
+run-time: incorrect ("expected a plain torch.Tensor")."""
 import torch
 import triton
 import triton.language as tl

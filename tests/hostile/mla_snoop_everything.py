@@ -3,7 +3,8 @@
 anything shaped like a key (sk-marathon-...), and leaks what it found through an exception message
 (which lands in the verdict). Defence: statically rejected (os); with the static policy skipped, the
 judge's environment is an allowlist of the worker's, the worker and the judge are non-dumpable and the
-sandbox holds no capabilities, so their /proc files and memory stay shut. Expected: rejected;
+sandbox holds no capabilities, so their /proc files and memory stay shut; Landlock's read allowlist
+leaves /proc unlistable and the worker's folders, HOME and the temp dir unreadable. Expected: rejected;
 run-time (tests/test_confinement.py): crashed, the worker's key in no verdict."""
 import os
 import re
@@ -70,7 +71,12 @@ def snoop():
         for key in KEY.findall(data):
             found.setdefault(key.decode(), where)
 
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        pids = sorted(filter(str.isdigit, os.listdir("/proc")), key=int)
+    except OSError:  # reads fenced: /proc is not listable
+        counts["proc"] = "unlistable"
+        pids = [str(p) for p in _ancestors()]
+    for pid in pids:
         for what in ("environ", "cmdline"):
             data = _read(f"/proc/{pid}/{what}")
             if data is not None:

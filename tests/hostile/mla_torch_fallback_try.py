@@ -1,6 +1,8 @@
 """Falling back to torch inside try/except: launches its kernel for show, then "on error" (always)
-computes the answer with torch. Defence: a dispatch-level monitor of torch ops during every
-call; only allocation, views, copies and casts are allowed. Expected: rejected ("torch computed")."""
+computes the answer with torch. Defence: statically rejected (torch.softmax is not in the torch API a
+candidate may use); with the static policy skipped, a dispatch-level monitor of torch ops during every
+call, where only allocation, views, copies and casts are allowed. Expected: rejected; run-time:
+rejected ("torch computed")."""
 import torch
 import triton
 import triton.language as tl

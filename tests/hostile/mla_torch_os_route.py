@@ -1,6 +1,7 @@
 """Reaching a banned module through an allowed one: torch.os, torch.sys.modules (no import
-statement names them). Defence: attribute chains are resolved against the allowlist, and system
-module names are banned as attributes anywhere. Expected: rejected."""
+statement names them). Defence: attribute chains rooted at an import must be names of the allowed
+API (torch.sys is not), a module is never a value (m = torch), and attribute names on values come
+from an allowlist (os is not on it). Expected: rejected."""
 import torch
 import triton
 import triton.language as tl

@@ -72,11 +72,25 @@ TUNABLES = {
     # W, Qg and Kd interleaved chunk by chunk in one buffer, and the scan's W S and Qg S as one
     # [2 BT, BK] x [BK, BV] product (one tensor-core product and wait fewer per chunk)
     "SCAN_WQ": (False, True),
+    # context parallelism where batch*heads are few (_segments): the most segments (0: never split),
+    # the share of the SMs today's scan must fill to go without, the fewest chunks per segment
+    "CP_SEGS": (0, 2, 4, 8, 16, 32),
+    "CP_BELOW": (0.5, 0.75, 1.0, 2.0),
+    "CP_MIN_CHUNKS": (1, 2, 4, 8, 16),
+    # the segment scan (_kda_seg_scan): V columns per program, warps, pipeline stages
+    "CP_BV": (32, 64, 128),
+    "CP_WARPS": (4, 8),
+    "CP_STAGES": (2, 3),
+    # the segments' end states and transitions (_kda_seg_state): state columns per program, warps, stages
+    "CP_TBV": (32, 64, 128),
+    "CP_TWARPS": (4, 8),
+    "CP_TSTAGES": (2, 3),
 }
 CONFIG = {"PREP_BK": 128, "PREP_BV": 128, "PREP_WARPS": 4, "PREP_MAXNREG": 0, "PREP_ORDER": "chunks",
           "MANY_HEADS": 128, "SCAN_BV": 32, "SCAN_WARPS": 4, "SCAN_STAGES": 3,
           "SCAN_BV_MANY": 64, "SCAN_WARPS_MANY": 8, "SCAN_STAGES_MANY": 3, "SCAN_PDL": False,
-          "SCAN_WQ": True}
+          "SCAN_WQ": True, "CP_SEGS": 16, "CP_BELOW": 0.75, "CP_MIN_CHUNKS": 4, "CP_BV": 64, "CP_WARPS": 8,
+          "CP_STAGES": 3, "CP_TBV": 64, "CP_TWARPS": 4, "CP_TSTAGES": 2}
 
 CHUNK = 64  # tokens per chunk: the preparation is written out for four sub-chunks
 SUB = 16  # sub-chunk: the re-centring window and the smallest tile tl.dot accepts
@@ -358,39 +372,22 @@ def _kda_prep(
                   BT, SUB, BK, BVP, PREP_BK, PREP_BV)
 
 
-# NT is not specialized: Triton's launcher makes an integer argument equal to 1 a constant, and the
-# scan compiled for NT == 1 (SCAN_BV 32, 4 warps, bf16) gave wrong output rows 16-63 on the H200
-# (one chunk, T = 17..64: rel err 0.26 to 1.25; NT >= 2, fp32 and the 8-warp scan were right;
-# kernels/problems/kda/NOTES.md, "one-chunk sequences").
-# Unspecialized, one compile serves every NT; its sm_90 SASS is the one the headline shapes ran before
-# (NT marked divisible by 16 or not: the same instructions, kda_scan_sm90_resources.json @238725e).
-@triton.jit(do_not_specialize=["NT"])
-def _kda_scan(
-    w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr,
-    T, H, V, NT,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BVP: tl.constexpr, USE_PDL: tl.constexpr,
-    WQ: tl.constexpr,
-):
-    """Chunk after chunk: U = U0 - W S;  O = Qg S + M U;  S = exp(G_last) * S + Kd^T U.
+@triton.jit
+def _scan_chunks(w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr, S, n0, n1, bh, b, h, T, H, V, NT, offs_v,
+                 BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BVP: tl.constexpr, WQ: tl.constexpr):
+    """Chunks n0 .. n1 of one (batch*head, block of V columns), from the state S entering chunk n0:
+    U = U0 - W S;  O = Qg S + M U;  S = exp(G_last) * S + Kd^T U.  Returns the state leaving chunk n1 - 1.
     WQ (SCAN_WQ): W, Qg and Kd interleaved per chunk, W S and Qg S as one product."""
-    if USE_PDL:  # launched early: wait until the preparation has finished and its writes are visible
-        tl.extra.cuda.gdc_wait()
-    bh = tl.program_id(0)
-    pid_v = tl.program_id(1)
-    b = bh // H
-    h = bh % H
     DT: tl.constexpr = w_ptr.dtype.element_ty
     rows = tl.arange(0, BT)
     offs_k = tl.arange(0, BK)
-    offs_v = pid_v * BV + tl.arange(0, BV)
     TP = NT * BT
     KBUFS: tl.constexpr = 3 if WQ else 1
     k_base = bh.to(tl.int64) * TP * (KBUFS * BK)
     u_base = bh.to(tl.int64) * TP * BVP
     m_base = bh.to(tl.int64) * TP * BT
     o_base = (b.to(tl.int64) * T * H + h) * V
-    S = tl.zeros([BK, BV], dtype=tl.float32)
-    for n in range(NT):
+    for n in range(n0, n1):
         r = n * BT + rows
         if WQ:  # rows BT .. 2 BT past W's are Qg's
             chunk = k_base + n * (KBUFS * BT * BK)
@@ -416,8 +413,135 @@ def _kda_scan(
         tl.store(o_ptr + o_base + r[:, None].to(tl.int64) * (H * V) + offs_v[None, :],
                  o.to(o_ptr.dtype.element_ty), mask=omask)
         # (the state's product before the output's, which the next chunk does not wait on, measured
-        # slower on the H200: 227 against 178 us, kda_forms_tune.json @32a721a)
+        # slower on the H200: 227 against 178 us, kernels/problems/kda/NOTES.md, "Measured and dropped")
         S = tl.dot(tl.trans(kd), u, acc=S * gl[:, None])
+    return S
+
+
+# NT is not specialized: Triton's launcher makes an integer argument equal to 1 a constant, and the
+# scan compiled for NT == 1 (SCAN_BV 32, 4 warps, bf16) gave wrong output rows 16-63 on the H200
+# (one chunk, T = 17..64: rel err 0.26 to 1.25; NT >= 2, fp32 and the 8-warp scan were right;
+# kernels/problems/kda/NOTES.md, "one-chunk sequences").
+# Unspecialized, one compile serves every NT; its sm_90 SASS is the one the headline shapes ran before
+# (NT marked divisible by 16 or not: the same instructions; kernels/problems/kda/NOTES.md, "Fix").
+@triton.jit(do_not_specialize=["NT"])
+def _kda_scan(
+    w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr,
+    T, H, V, NT,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BVP: tl.constexpr, USE_PDL: tl.constexpr,
+    WQ: tl.constexpr,
+):
+    """The whole sequence of one (batch*head, block of V columns), from a zero state."""
+    if USE_PDL:  # launched early: wait until the preparation has finished and its writes are visible
+        tl.extra.cuda.gdc_wait()
+    bh = tl.program_id(0)
+    pid_v = tl.program_id(1)
+    offs_v = pid_v * BV + tl.arange(0, BV)
+    S = tl.zeros([BK, BV], dtype=tl.float32)
+    _scan_chunks(w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr, S, 0, NT, bh, bh // H, bh % H, T, H, V, NT,
+                 offs_v, BT, BK, BV, BVP, WQ)
+
+
+# Context parallelism, for few batch*heads: the sequence is cut into segments of CS chunks. The state
+# entering segment s is S_s = P_{s-1} S_{s-1} + E_{s-1}, where E_j is the state segment j leaves
+# when it starts from zero and P_j (K x K) its transition: the product over its chunks of
+# diag(exp(G_last)) - Kd^T W (the scan's update, S' = exp(G_last) * S + Kd^T (U0 - W S), is affine in S).
+# _kda_seg_state forms E_j and P_j for every segment but the last, all segments at once: P's columns
+# evolve like the state's value columns with U0 = 0 and the identity as the start, so one program runs
+# a block of either. _kda_seg_scan then combines them into its segment's entering state (s - 1 small
+# products) and scans its segment, writing O. Measured on an H200 (bench/results/h200/kda_cp.json):
+# 201.0 against 263.1 us unsplit at B=1,T=8192,H=8 (8 segments), 706.2 against 1011.0 at T=32768,H=8,
+# 365.2 against 372.4 at H=16 (4 segments); at 32 heads the scan is not split (2 segments: 693.2
+# against 595.1 us).
+@triton.jit
+def _seg_columns(w_ptr, u_ptr, kd_ptr, gl_ptr, S, n0, n1, bh, NT, cols, BT: tl.constexpr, BK: tl.constexpr,
+                 BVP: tl.constexpr, KBUFS: tl.constexpr, HAS_U: tl.constexpr):
+    """Chunks n0 .. n1 of the state update alone, for the state columns `cols`: value columns (HAS_U)
+    or columns of a transition (U0 = 0)."""
+    DT: tl.constexpr = w_ptr.dtype.element_ty
+    rows = tl.arange(0, BT)
+    offs_k = tl.arange(0, BK)
+    k_base = bh.to(tl.int64) * NT * (KBUFS * BT * BK)
+    u_base = bh.to(tl.int64) * NT * BT * BVP
+    for n in range(n0, n1):
+        kk = k_base + n * (KBUFS * BT * BK) + rows[:, None] * BK + offs_k[None, :]
+        w = tl.load(w_ptr + kk)
+        kd = tl.load(kd_ptr + kk)
+        gl = tl.load(gl_ptr + (bh.to(tl.int64) * NT + n) * BK + offs_k)
+        ws = tl.dot(w, S.to(DT))
+        if HAS_U:
+            u0 = tl.load(u_ptr + u_base + (n * BT + rows)[:, None] * BVP + cols[None, :]).to(tl.float32)
+            u = (u0 - ws).to(DT)
+        else:
+            u = (-ws).to(DT)
+        S = tl.dot(tl.trans(kd), u, acc=S * gl[:, None])
+    return S
+
+
+@triton.jit(do_not_specialize=["NT", "CS", "NSM1"])
+def _kda_seg_state(
+    w_ptr, u_ptr, kd_ptr, gl_ptr, e_ptr, p_ptr,
+    NT, CS, NSM1,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BVP: tl.constexpr, WQ: tl.constexpr,
+):
+    """E_s (columns blocks 0 .. BVP/BV) and P_s (the blocks after) of segment s = program_id(1), which
+    runs over every segment but the last; P_0 is never needed (nothing enters segment 0)."""
+    bh = tl.program_id(0)
+    seg = tl.program_id(1)
+    cb = tl.program_id(2)
+    NVB: tl.constexpr = BVP // BV
+    KBUFS: tl.constexpr = 3 if WQ else 1
+    n0 = seg * CS
+    n1 = tl.minimum(NT, n0 + CS)
+    offs_k = tl.arange(0, BK)
+    tr = bh.to(tl.int64) * NSM1 + seg
+    if cb < NVB:
+        cols = cb * BV + tl.arange(0, BV)
+        S = _seg_columns(w_ptr, u_ptr, kd_ptr, gl_ptr, tl.zeros([BK, BV], dtype=tl.float32), n0, n1, bh, NT, cols,
+                         BT, BK, BVP, KBUFS, True)
+        tl.store(e_ptr + tr * (BK * BVP) + offs_k[:, None] * BVP + cols[None, :], S)
+    elif seg > 0:
+        cols = (cb - NVB) * BV + tl.arange(0, BV)
+        S = (offs_k[:, None] == cols[None, :]).to(tl.float32)
+        S = _seg_columns(w_ptr, u_ptr, kd_ptr, gl_ptr, S, n0, n1, bh, NT, cols, BT, BK, BVP, KBUFS, False)
+        tl.store(p_ptr + tr * (BK * BK) + offs_k[:, None] * BK + cols[None, :], S.to(p_ptr.dtype.element_ty))
+
+
+@triton.jit(do_not_specialize=["NT", "CS", "NSM1"])
+def _kda_seg_scan(
+    w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr, e_ptr, p_ptr,
+    T, H, V, NT, CS, NSM1,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BVP: tl.constexpr, WQ: tl.constexpr,
+):
+    """Segment s = program_id(2) of one (batch*head, block of V columns): the state entering it from
+    the segments' E and P, then its chunks."""
+    bh = tl.program_id(0)
+    pid_v = tl.program_id(1)
+    seg = tl.program_id(2)
+    DT: tl.constexpr = w_ptr.dtype.element_ty
+    offs_k = tl.arange(0, BK)
+    offs_v = pid_v * BV + tl.arange(0, BV)
+    tr = bh.to(tl.int64) * NSM1
+    S = tl.zeros([BK, BV], dtype=tl.float32)
+    if seg > 0:
+        S = tl.load(e_ptr + tr * (BK * BVP) + offs_k[:, None] * BVP + offs_v[None, :])
+        for j in tl.range(1, seg, num_stages=1):
+            e = tl.load(e_ptr + (tr + j) * (BK * BVP) + offs_k[:, None] * BVP + offs_v[None, :])
+            p = tl.load(p_ptr + (tr + j) * (BK * BK) + offs_k[:, None] * BK + offs_k[None, :])
+            S = tl.dot(p, S.to(DT), acc=e)
+    n0 = seg * CS
+    _scan_chunks(w_ptr, u_ptr, qg_ptr, kd_ptr, m_ptr, gl_ptr, o_ptr, S, n0, tl.minimum(NT, n0 + CS),
+                 bh, bh // H, bh % H, T, H, V, NT, offs_v, BT, BK, BV, BVP, WQ)
+
+
+def _segments(B: int, H: int, NT: int, BVP: int, sms: int) -> int:
+    """How many segments to cut the sequence into: none (1) where today's scan, one program per
+    (batch*head, SCAN_BV columns), already fills CP_BELOW of the SMs; else as many as keep one wave of
+    segment-scan programs (CP_BV columns each) and CP_MIN_CHUNKS chunks per segment, up to CP_SEGS."""
+    if not CONFIG["CP_SEGS"] or B * H * (BVP // min(BVP, CONFIG["SCAN_BV"])) >= CONFIG["CP_BELOW"] * sms:
+        return 1
+    per_segment = B * H * (BVP // min(BVP, CONFIG["CP_BV"]))
+    return max(1, min(CONFIG["CP_SEGS"], sms // per_segment, NT // CONFIG["CP_MIN_CHUNKS"]))
 
 
 def kda(q, k, v, g, beta, scale):
@@ -450,6 +574,25 @@ def kda(q, k, v, g, beta, scale):
         KBUFS=3 if wq else 1, HEADS_FIRST=heads_first, USE_PDL=pdl, num_warps=CONFIG["PREP_WARPS"],
         **({"maxnreg": CONFIG["PREP_MAXNREG"]} if CONFIG["PREP_MAXNREG"] else {}),
     )
+    # the SM count decides the segments; the interpreter has none, so it stands in a GPU-sized count
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count if q.is_cuda else 132
+    segs = _segments(B, H, NT, BVP, sms)
+    if segs > 1:
+        CS = triton.cdiv(NT, segs)
+        segs = triton.cdiv(NT, CS)  # no empty segment
+    if segs > 1:
+        # E_s (fp32: it is added) and P_s (a product's operand) of every segment but the last
+        e = torch.empty((B * H, segs - 1, BK, BVP), device=dev, dtype=torch.float32)
+        p = torch.empty((B * H, segs - 1, BK, BK), device=dev, dtype=dt)
+        TBV = min(BK, BVP, CONFIG["CP_TBV"])
+        _kda_seg_state[(B * H, segs - 1, BVP // TBV + BK // TBV)](
+            w, u0, kd, gl, e, p, NT, CS, segs - 1, BT=BT, BK=BK, BV=TBV, BVP=BVP, WQ=wq,
+            num_warps=CONFIG["CP_TWARPS"], num_stages=CONFIG["CP_TSTAGES"])
+        BV = min(BVP, CONFIG["CP_BV"])
+        _kda_seg_scan[(B * H, BVP // BV, segs)](
+            w, u0, qg, kd, m, gl, o, e, p, T, H, V, NT, CS, segs - 1, BT=BT, BK=BK, BV=BV, BVP=BVP, WQ=wq,
+            num_warps=CONFIG["CP_WARPS"], num_stages=CONFIG["CP_STAGES"])
+        return o
     many = "_MANY" if B * H >= CONFIG["MANY_HEADS"] else ""
     BV = min(BVP, CONFIG["SCAN_BV" + many])
     _kda_scan[(B * H, BVP // BV)](

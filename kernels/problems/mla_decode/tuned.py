@@ -8,15 +8,21 @@ the slice in tiles of BLOCK_N rows. Each 576-wide row is the key (latent 512 | r
     scores [BLOCK_H, BLOCK_N] = q_lat @ c^T + q_rope @ r^T        (c: the tile's latent part, r: rope)
     acc    [BLOCK_H, 512]    += softmax-weights @ c                (online softmax across tiles)
 
-It writes the split's normalised output (fp32) and its log-sum-exp to a workspace. Heads are the M
-dimension of both products, so they are padded to at least 16 (64 gives Hopper's wgmma).
+It writes the split's normalised output and its log-sum-exp (fp32) to a workspace. Heads are the M
+dimension of both products, so they are padded to at least 16 (64 gives Hopper's wgmma). A program
+may ask L2 for the tiles it will load a few iterations later (PREFETCH): Triton 3.6's two-stage
+pipeline issues a tile's copy only at the end of the iteration before the one that uses it, and that
+iteration begins by waiting for it, so the copy overlaps little of the products; the hint starts the
+DRAM read earlier.
 
-The workspace is one fp32 buffer: partial outputs [B, H, splits, 512], then log-sum-exps [B, H, splits].
-Every tensor is contiguous, so the kernels derive their strides from B, H, S and the split count: a
-launch with few arguments and one allocation costs less host time, which at B=1 (a few microseconds
-of GPU work) is what an eager call mostly waits for.
+The workspace is one fp32 buffer: partial outputs [B, H, splits, 512] (fp32, or in the input's dtype:
+WORKSPACE "input"; a normalised output is a convex combination of value rows, so it fits that dtype's
+range), then log-sum-exps [B, H, splits] in fp32. Every tensor is contiguous, so the kernels derive
+their strides from B, H, S and the split count: a launch with few arguments and one allocation costs
+less host time, which at B=1 (a few microseconds of GPU work) is what an eager call mostly waits for.
 
-Stage 2 (`_mla_merge_kernel`) combines the splits of each (batch, head):
+Stage 2 (`_mla_merge_kernel`) combines the splits of each (batch, head) in one pass, chunk by chunk
+of splits (one chunk when they fit), with a running maximum:
     o = sum_i exp(lse_i - lse_max) * o_i / sum_i exp(lse_i - lse_max).
 With a single split stage 1 writes the final output itself and stage 2 is not launched.
 
@@ -39,6 +45,8 @@ import triton.language as tl
 #   SPLIT_WAVES  auto splits: aim at this many stage-1 programs per multiprocessor
 #   NUM_SPLITS   "auto" (from SPLIT_WAVES) or a fixed split count, both regimes
 #   MIN_SPLIT    auto splits: fewest cache rows a split may have (keeps the workspace small)
+#   PREFETCH     ask L2 for the tile this many tiles ahead of the one being computed (0: off; CUDA only)
+#   WORKSPACE    the partial outputs' dtype: "fp32", or "input" (half the bytes for bf16 inputs)
 #   MERGE_BLOCK_D, MERGE_WARPS: the merge kernel's output columns per program and warps
 #   PDL          launch the merge as a programmatic dependent launch (Hopper): its programs start
 #                while stage 1 finishes and wait in griddepcontrol.wait, hiding one launch latency
@@ -52,8 +60,8 @@ TUNABLES = {
     "num_warps": (4, 8),
     "num_stages": (1, 2, 3, 4),
     "SPLIT_WAVES": (0.25, 0.5, 1, 2, 4),
-    "SMALL_BELOW": (0, 2, 4, 8, 16, 32),
-    "SMALL_WORK_BELOW": (0, 524288, 2097152, 8388608),
+    "SMALL_BELOW": (0, 2, 4, 8, 16, 32, 64, 128),
+    "SMALL_WORK_BELOW": (0, 524288, 2097152, 8388608, 33554432, 134217728, 536870912),
     "SMALL_BLOCK_H": (16, 32, 64),
     "SMALL_BLOCK_N": (16, 32, 64, 128),
     "SMALL_num_warps": (4, 8),
@@ -66,24 +74,49 @@ TUNABLES = {
     "PDL": (False, True),
     "FORM": ("heads", "tokens"),
     "SMALL_FORM": ("heads", "tokens"),
+    "PREFETCH": (0, 1, 2, 3, 4),
+    "SMALL_PREFETCH": (0, 1, 2, 3, 4),
+    "WORKSPACE": ("fp32", "input"),
+    "SMALL_WORKSPACE": ("fp32", "input"),
 }
-# Picked on an H200 by `python bench/mla_decode.py tune` (mla_decode_tune.json @7677c6f): CUDA-graph
-# time after an L2 flush, 21.7 us at B=1, H=64, S=8192 and 272 us at B=32, H=128, S=8192.
-# A later tune with FORM (mla_decode_tune.json @bb2fa31) found the best "tokens" stage 1 within
-# 0.4 us of this CONFIG at B=1 (21.09 against 21.47 us in the same run): not worth changing.
-# SMALL_WORK_BELOW from `python bench/mla_decode.py plans` over the regime table (mla_decode_plans
-# in bench/results/h200/): the plain tiles won from B*H*S = 2^21 up at 64 and 128 heads (B=4, H=128,
-# S=65536: 262 against 671 us) and lost below it (B=1, H=64, S=8192: 33.8 against 21.4 us).
+# Stage-1 tiles picked on an H200 by `python bench/mla_decode.py tune` (mla_decode_tune.json @7677c6f):
+# CUDA-graph time after an L2 flush. A later tune with FORM (mla_decode_tune.json @bb2fa31) found the
+# best "tokens" stage 1 within 0.4 us of these tiles at B=1: not worth changing.
+# The plan rule (SMALL_BELOW, SMALL_WORK_BELOW) and the regimes' PREFETCH and WORKSPACE from `python
+# bench/mla_decode.py pick` (mla_decode_pick.json in bench/results/h200/): of the rules and regime
+# variants timed on the 27 regime shapes, this one beat torch.compile's recorded times on the most
+# shapes (19 by 3 % or more). PREFETCH 2 in the large regime: B=32, H=128, S=8192 255.1 against
+# 273.2 us without. The input-dtype workspace, alone or with the prefetch in the small regime, was
+# slower on most shapes (NOTES.md).
 CONFIG = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "SPLIT_WAVES": 1,
-          "SMALL_BELOW": 16, "SMALL_WORK_BELOW": 2097152, "SMALL_BLOCK_H": 16, "SMALL_BLOCK_N": 32,
+          "SMALL_BELOW": 64, "SMALL_WORK_BELOW": 2097152, "SMALL_BLOCK_H": 16, "SMALL_BLOCK_N": 32,
           "SMALL_num_warps": 4, "SMALL_num_stages": 3, "SMALL_SPLIT_WAVES": 1, "NUM_SPLITS": "auto", "MIN_SPLIT": 64,
-          "MERGE_BLOCK_D": 256, "MERGE_WARPS": 4, "PDL": True, "FORM": "heads", "SMALL_FORM": "heads"}
+          "MERGE_BLOCK_D": 256, "MERGE_WARPS": 4, "PDL": True, "FORM": "heads", "SMALL_FORM": "heads",
+          "PREFETCH": 2, "SMALL_PREFETCH": 0, "WORKSPACE": "fp32", "SMALL_WORKSPACE": "fp32"}
 
 D_LATENT = 512
 LOG2E = 1.4426950408889634
 # The split heuristic's multiprocessor count: the H100 and H200 (SXM) have 132. A constant rather than
 # a device query, to keep the host path short; SPLIT_WAVES scales it for other parts.
 NUM_SMS = 132
+# the merge's chunk of splits times its output columns, at most: 64 fp32 registers a thread at 4 warps
+MERGE_TILE = 8192
+
+
+@triton.jit
+def _prefetch_rows(kv_ptr, row0, row_end, BLOCK_N: tl.constexpr, D_LAT: tl.constexpr, D_ROPE: tl.constexpr):
+    """Ask L2 for cache rows [row0, min(row0 + BLOCK_N, row_end)) (absolute rows, row0 < row_end): one
+    prefetch per 128-byte line, rows past the end clamped to the last. A hint: nothing waits on it."""
+    LINE: tl.constexpr = 1024 // kv_ptr.dtype.element_ty.primitive_bitwidth  # elements per 128 bytes
+    D_QK: tl.constexpr = D_LAT + D_ROPE
+    ROPE_LINES: tl.constexpr = (D_ROPE + LINE - 1) // LINE
+    rows = tl.minimum(row0 + tl.arange(0, BLOCK_N), row_end - 1).to(tl.int64) * D_QK
+    lat = kv_ptr + rows[:, None] + tl.arange(0, D_LAT // LINE)[None, :] * LINE
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [lat],
+                              dtype=tl.int32, is_pure=False, pack=1)
+    rope = kv_ptr + rows[:, None] + D_LAT + tl.arange(0, ROPE_LINES)[None, :] * LINE
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [rope],
+                              dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -95,6 +128,8 @@ def _mla_split_kernel(
     SINGLE_SPLIT: tl.constexpr,  # one split: write the final output, skip the workspace
     TOKENS_M: tl.constexpr,  # FORM "tokens": the products transposed (see below)
     USE_PDL: tl.constexpr,
+    PREFETCH: tl.constexpr,  # tiles ahead to ask L2 for (0: none)
+    WS_INPUT: tl.constexpr,  # partial outputs in the input's dtype instead of fp32
 ):
     """FORM "heads" (TOKENS_M false): heads are the products' M dimension,
 
@@ -139,7 +174,14 @@ def _mla_split_kernel(
     # the tile's first row moves as a 64-bit pointer (S * 576 may pass 2^31); rows within it are 32-bit
     kv_tile = kv_ptr + (b * S + start) * D_QK
     offs_t = tl.arange(0, BLOCK_N)
+    if PREFETCH > 0:  # the tiles after the first, up to the one the loop's first iteration asks for
+        for ahead in tl.static_range(1, PREFETCH):
+            if start + ahead * BLOCK_N < end:
+                _prefetch_rows(kv_ptr, b * S + start + ahead * BLOCK_N, b * S + end, BLOCK_N, D_LAT, D_ROPE)
     for n0 in range(start, end, BLOCK_N):
+        if PREFETCH > 0:
+            if n0 + PREFETCH * BLOCK_N < end:
+                _prefetch_rows(kv_ptr, b * S + n0 + PREFETCH * BLOCK_N, b * S + end, BLOCK_N, D_LAT, D_ROPE)
         n_ok = n0 + offs_t < end
         kv_rows = kv_tile + offs_t[:, None] * D_QK
         c = tl.load(kv_rows + offs_c[None, :], mask=n_ok[:, None], other=0.0)  # [BLOCK_N, 512]: K and V
@@ -176,42 +218,52 @@ def _mla_split_kernel(
     else:
         lse = tl.where(has_rows, m_i + tl.math.log2(tl.where(has_rows, l_i, 1.0)), float("-inf"))
         row = (b * H + offs_h) * n_splits + split  # (batch, head, split) in the workspace
-        tl.store(ws_ptr + row[:, None] * D_LAT + offs_c[None, :], out, mask=h_ok[:, None])
-        tl.store(ws_ptr + B * H * n_splits * D_LAT + row, lse, mask=h_ok)
+        if WS_INPUT:
+            part_ptr = ws_ptr.to(tl.pointer_type(o_ptr.dtype.element_ty), bitcast=True)
+            tl.store(part_ptr + row[:, None] * D_LAT + offs_c[None, :], out.to(o_ptr.dtype.element_ty),
+                     mask=h_ok[:, None])
+            lse_ptr = ws_ptr + B * H * n_splits * (D_LAT * o_ptr.dtype.element_ty.primitive_bitwidth // 32)
+        else:
+            tl.store(ws_ptr + row[:, None] * D_LAT + offs_c[None, :], out, mask=h_ok[:, None])
+            lse_ptr = ws_ptr + B * H * n_splits * D_LAT
+        tl.store(lse_ptr + row, lse, mask=h_ok)
 
 
 @triton.jit
 def _mla_merge_kernel(
     ws_ptr, o_ptr, B, H, n_splits,
     D_LAT: tl.constexpr, SPLIT_BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
+    WS_INPUT: tl.constexpr,
 ):
     if USE_PDL:  # launched early: wait until stage 1 has finished and its writes are visible
         tl.extra.cuda.gdc_wait()
     bh = tl.program_id(0).to(tl.int64)  # batch * H + head
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     offs_s = tl.arange(0, SPLIT_BLOCK)
-    lse_row = ws_ptr + B * H * n_splits * D_LAT + bh * n_splits
-    o_row = ws_ptr + bh * n_splits * D_LAT
+    if WS_INPUT:
+        part_row = ws_ptr.to(tl.pointer_type(o_ptr.dtype.element_ty), bitcast=True) + bh * n_splits * D_LAT
+        lse_row = ws_ptr + B * H * n_splits * (D_LAT * o_ptr.dtype.element_ty.primitive_bitwidth // 32) + bh * n_splits
+    else:
+        part_row = ws_ptr + bh * n_splits * D_LAT
+        lse_row = ws_ptr + B * H * n_splits * D_LAT + bh * n_splits
 
-    # pass 1: the largest lse, so that every weight below is at most 1
-    m = tl.full([SPLIT_BLOCK], float("-inf"), dtype=tl.float32)
-    for s0 in range(0, n_splits, SPLIT_BLOCK):
-        lse = tl.load(lse_row + s0 + offs_s, mask=s0 + offs_s < n_splits, other=float("-inf"))
-        m = tl.maximum(m, lse)
-    m_max = tl.max(m, axis=0)  # finite: at least the first split has rows
-
-    # pass 2: the weighted sum of the splits' normalised outputs
+    # one pass with a running maximum; the loads of a chunk do not wait on any arithmetic, so with one
+    # chunk (the usual case) the merge is a single round trip to memory
+    m = float("-inf")
     acc = tl.zeros([BLOCK_D], dtype=tl.float32)
-    w_sum = tl.zeros([SPLIT_BLOCK], dtype=tl.float32)
+    w_sum = 0.0
     for s0 in range(0, n_splits, SPLIT_BLOCK):
         s_ok = s0 + offs_s < n_splits
         lse = tl.load(lse_row + s0 + offs_s, mask=s_ok, other=float("-inf"))
-        w = tl.math.exp2(lse - m_max)  # empty or padded splits: exp2(-inf) = 0
-        part = tl.load(o_row + (s0 + offs_s)[:, None] * D_LAT + offs_d[None, :], mask=s_ok[:, None], other=0.0)
-        acc += tl.sum(w[:, None] * part, axis=0)
-        w_sum += w
-    out = acc / tl.sum(w_sum, axis=0)
-    tl.store(o_ptr + bh * D_LAT + offs_d, out.to(o_ptr.dtype.element_ty))
+        part = tl.load(part_row + (s0 + offs_s)[:, None] * D_LAT + offs_d[None, :], mask=s_ok[:, None], other=0.0)
+        # finite from the first chunk on: split 0 always has rows
+        m_new = tl.maximum(m, tl.max(lse, axis=0))
+        rescale = tl.math.exp2(m - m_new)
+        w = tl.math.exp2(lse - m_new)  # empty or padded splits: exp2(-inf) = 0
+        acc = acc * rescale + tl.sum(w[:, None] * part.to(tl.float32), axis=0)
+        w_sum = w_sum * rescale + tl.sum(w, axis=0)
+        m = m_new
+    tl.store(o_ptr + bh * D_LAT + offs_d, (acc / w_sum).to(o_ptr.dtype.element_ty))
 
 
 def _num_splits(B: int, n_head_blocks: int, S: int, block_n: int, waves: float) -> int:
@@ -250,22 +302,25 @@ def mla_decode(q: torch.Tensor, kv: torch.Tensor, scale: float) -> torch.Tensor:
     pre, block_h, block_n, n_hb, splits, split_len = plan(B, H, S)
     single = splits == 1
     pdl = bool(CONFIG["PDL"]) and q.is_cuda and not single
+    ws_input = CONFIG[pre + "WORKSPACE"] == "input"
     # one workspace: partial outputs, then log-sum-exps (with one split stage 1 never touches it)
-    ws = o if single else torch.empty(B * H * splits * (D_LATENT + 1), device=q.device, dtype=torch.float32)
+    part_words = D_LATENT * q.element_size() // 4 if ws_input else D_LATENT  # fp32 words per partial row
+    ws = o if single else torch.empty(B * H * splits * (part_words + 1), device=q.device, dtype=torch.float32)
 
     tokens = CONFIG[pre + "FORM"] == "tokens"
     stages = max(2, CONFIG[pre + "num_stages"]) if tokens else CONFIG[pre + "num_stages"]  # see FORM above
     _mla_split_kernel[(n_hb, splits, B)](
         q, kv, ws, o, B, H, S, split_len, splits, scale * LOG2E,
         D_LAT=D_LATENT, D_ROPE=D - D_LATENT, BLOCK_H=block_h, BLOCK_N=block_n, SINGLE_SPLIT=single,
-        TOKENS_M=tokens, USE_PDL=pdl, num_warps=CONFIG[pre + "num_warps"], num_stages=stages,
+        TOKENS_M=tokens, USE_PDL=pdl, PREFETCH=CONFIG[pre + "PREFETCH"] if q.is_cuda else 0,  # inline PTX
+        WS_INPUT=ws_input, num_warps=CONFIG[pre + "num_warps"], num_stages=stages,
     )
     if not single:
         block_d = min(CONFIG["MERGE_BLOCK_D"], D_LATENT)
         launch = {"launch_pdl": True} if pdl else {}  # a launch option of the NVIDIA backend only
         _mla_merge_kernel[(B * H, D_LATENT // block_d)](
             ws, o, B, H, splits,
-            D_LAT=D_LATENT, SPLIT_BLOCK=min(32, triton.next_power_of_2(splits)), BLOCK_D=block_d,
-            USE_PDL=pdl, num_warps=CONFIG["MERGE_WARPS"], **launch,
+            D_LAT=D_LATENT, SPLIT_BLOCK=min(triton.next_power_of_2(splits), MERGE_TILE // block_d), BLOCK_D=block_d,
+            USE_PDL=pdl, WS_INPUT=ws_input, num_warps=CONFIG["MERGE_WARPS"], **launch,
         )
     return o

@@ -1,16 +1,19 @@
 """Record the workflow histories the replay test (tests/test_workflow_replay.py) runs through Temporal's
 Replayer. Re-record after an intended change to the workflow's decisions, and say so in the commit:
 
-    .venv/bin/python tests/histories/record.py [llm] [tuner] [tuner_parallel] [islands] [faults] [auth]   (default: all)
+    .venv/bin/python tests/record_histories.py [llm] [tuner] [tuner_parallel] [islands] [islands_verified] [faults] [auth]
+    (default: all)
 
 It runs, against a fresh dev server and a fake model endpoint: an llm run of a few turns with a
 compaction, a hint (an update) and a continue-as-new hop; a short tuner run; and a tuner run that
 profiles two configurations at once on two evaluation workers; an llm run of two agents (child
-workflows sharing their bests through the run's signals) whose replies' evaluations run two at once;
-and two cases of the chaos suite
-(tests/chaos_cases.py): the model endpoint down for a while (fault signals, recovery), and a 401 that
+workflows sharing their bests through the run's signals) whose replies' evaluations run two at once,
+recorded twice: before (`islands`) and after (`islands_verified`) shared bests were looked up among the
+run's recorded verdicts;
+and two of the chaos drills
+(serving/chaos.py): the model endpoint down for a while (fault signals, recovery), and a 401 that
 ends the run. Each run segment's history is written
-as JSON next to this file. Naming runs re-records only those (keeping older recordings replayed
+as JSON in tests/histories/. Naming runs re-records only those (keeping older recordings replayed
 against newer code is what tells a change apart that would break runs in flight)."""
 from __future__ import annotations
 
@@ -19,13 +22,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent.parent), str(HERE.parent)]
+from marathon_support import mla_variant, mla_wrong, queues, segments, start, workers  # tests/, this script's folder
+from serving.dev_server import DevServer
+from serving.scripted_model import FakeOpenAI, completion
+from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec
 
-from fake_openai import FakeOpenAI, completion  # noqa: E402
-from marathon_support import mla_variant, mla_wrong, queues, segments, start, workers  # noqa: E402
-from serving.dev_server import DevServer  # noqa: E402
-from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec  # noqa: E402
+HISTORIES = Path(__file__).resolve().parent / "histories"
 
 SCRIPT = {
     1: [("note", {"text": "plan: BLOCK_S=32"}), ("write_kernel", {"source": mla_variant(BLOCK_S=32)})],
@@ -57,7 +59,7 @@ async def record(address: str, tmp: Path, runs: set[str]) -> None:
         await handle.result()
         first = handle.result_run_id or (await handle.describe()).run_id  # an agent's handle: by its id alone
         for i, seg in enumerate(await segments(client, handle.id, first)):
-            (HERE / f"{name}_segment{i}.json").write_text(seg["history"].to_json())
+            (HISTORIES / f"{name}_segment{i}.json").write_text(seg["history"].to_json())
 
     with FakeOpenAI(script) as fake:
         async with workers(address, tq, gq, tmp / "artifacts") as client, \
@@ -66,17 +68,20 @@ async def record(address: str, tmp: Path, runs: set[str]) -> None:
                 both = RunSpec(problem="mla_decode", budgets=Budgets(max_tool_calls=5),
                                eval=EvalSettings(device="cpu", parallel=2), gpu_task_queue=gq)
                 await keep(client, await start(client, both, tq, workflow_id="replay-tuner-parallel"), "tuner_parallel")
-            if "islands" in runs:
+            for name in ("islands", "islands_verified"):
+                if name not in runs:
+                    continue
+                wid = "replay-" + name.replace("_", "-")
                 with FakeOpenAI(islands_script) as agents_model:
                     # from a wrong kernel: an agent's first ok profile is a new best, shared with the other
                     islands = RunSpec(problem="mla_decode", source=mla_wrong(), agents=2, max_idle_turns=1,
                                       model=ModelSettings(model="fake", base_url=agents_model.base_url, api_key_env=""),
                                       budgets=Budgets(max_tool_calls=11), eval=EvalSettings(device="cpu", parallel=2),
                                       gpu_task_queue=gq)
-                    handle = await start(client, islands, tq, workflow_id="replay-islands")
-                    await keep(client, handle, "islands")
+                    handle = await start(client, islands, tq, workflow_id=wid)
+                    await keep(client, handle, name)
                 for i in (1, 2):
-                    await keep(client, client.get_workflow_handle(f"replay-islands/agent-{i}"), f"islands_agent{i}")
+                    await keep(client, client.get_workflow_handle(f"{wid}/agent-{i}"), f"{name}_agent{i}")
             if "llm" not in runs and "tuner" not in runs:
                 return
             llm = RunSpec(problem="mla_decode", model=ModelSettings(model="fake", base_url=fake.base_url, api_key_env=""),
@@ -94,7 +99,7 @@ async def record(address: str, tmp: Path, runs: set[str]) -> None:
                 await keep(client, await start(client, tuner, tq, workflow_id="replay-tuner"), "tuner")
 
 
-RUNS = ("llm", "tuner", "tuner_parallel", "islands", "faults", "auth")
+RUNS = ("llm", "tuner", "tuner_parallel", "islands", "islands_verified", "faults", "auth")
 CHAOS_RUNS = {"faults": "model-down", "auth": "model-401"}
 
 
@@ -102,20 +107,20 @@ def main() -> int:
     runs = set(sys.argv[1:]) or set(RUNS)
     unknown = runs - set(RUNS)
     if unknown:
-        print(f"record.py: no run named {', '.join(sorted(unknown))} (runs: {', '.join(RUNS)})", file=sys.stderr)
+        print(f"record_histories.py: no run named {', '.join(sorted(unknown))} (runs: {', '.join(RUNS)})", file=sys.stderr)
         return 2
     for name in runs:
-        for old in HERE.glob(f"{name}_segment*.json"):
+        for old in HISTORIES.glob(f"{name}_segment*.json"):
             old.unlink()
     with DevServer() as srv, tempfile.TemporaryDirectory() as tmp:
         asyncio.run(record(srv.address, Path(tmp), runs))
     for name, case in CHAOS_RUNS.items():
         if name in runs:
-            from chaos_cases import run_case
+            from serving.chaos import run_case
             with tempfile.TemporaryDirectory() as tmp:
                 out = asyncio.run(run_case(case, Path(tmp)))
-            (HERE / f"{name}_segment0.json").write_text(out.history_json)
-    for p in sorted(HERE.glob("*.json")):
+            (HISTORIES / f"{name}_segment0.json").write_text(out.history_json)
+    for p in sorted(HISTORIES.glob("*.json")):
         print(p.name, p.stat().st_size)
     return 0
 

@@ -1,5 +1,6 @@
-"""Fault cases against a real Temporal dev server, real worker processes and a scripted model endpoint,
-shared by tests/test_chaos.py (which asserts on them) and bench/chaos_restart.py (which times them).
+"""Fault drills: a small run against a real Temporal dev server, real worker processes and a scripted
+model endpoint (serving/scripted_model.py), with one fault injected. tests/test_chaos.py asserts on
+the outcomes; bench/chaos_restart.py times the restarts.
 
 Every case runs the same small LLM run (the MLA starter profiled as attempt 0; turn 1 writes a variant,
 turn 2 tests it, turn 3 notes; the tool-call budget is 4) with one fault injected:
@@ -13,7 +14,8 @@ turn 2 tests it, turn 3 notes; the tool-call budget is 4) with one fault injecte
   model-400         the model endpoint answers 400 (context length) from turn 3 on
   store-full        the artifact store fills up (a quota) before test_kernel stores its verdict, then is freed
   store-corrupt     attempt 1's source is damaged on disk before test_kernel reads it; turn 3 writes it again
-Each process is a child of the caller; every wait is bounded."""
+Each process is a child of the caller; every wait is bounded. Also here: worker.py as a process of its
+own and the wait for an activity to be running, which the crash tests use as well."""
 from __future__ import annotations
 
 import asyncio
@@ -22,6 +24,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -33,10 +36,11 @@ from typing import Any, Callable
 from temporalio.client import WorkflowHandle
 
 import worker as worker_module
-from serving.dev_server import DevServer, free_port
 from activities.artifacts import ArtifactStore, sha256_text
-from fake_openai import FakeOpenAI, Reply, completion, error
-from marathon_support import mla_variant, spawn_worker, start, stop_process, wait_running
+from kernels.problems.spec import get_problem, resolve_kernel
+from kernels.problems.tunables import with_config
+from serving.dev_server import DevServer, free_port
+from serving.scripted_model import FakeOpenAI, Reply, completion, error
 from workflows import names
 from workflows.models import Budgets, EvalSettings, ModelSettings, RunReport, RunSpec, RunStatus, ToolCallRecord
 
@@ -49,7 +53,58 @@ KEY_ENV, KEY = "CHAOS_MODEL_KEY", "sk-chaos-0123456789abcdef"
 QUOTA = 50_000_000
 CONTEXT_400 = ("This model's maximum context length is 8192 tokens. However, your messages resulted in "
                "9120 tokens. Please reduce the length of the messages.")
-VARIANT = mla_variant(BLOCK_S=32)
+# the MLA starter with another CONFIG: a real Triton kernel, correct
+VARIANT = with_config(resolve_kernel(get_problem("mla_decode"), "starter")[1], {"BLOCK_S": 32, "num_warps": 4})
+
+
+def spawn_worker(address: str, tq: str, gq: str, artifacts: Path, *, queue: str | None = None,
+                 env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
+    """worker.py as a process of its own (so it can be SIGKILLed): both queues, or only `queue`
+    (names.TASK_QUEUE: the workflow, the model and the tools; names.GPU_TASK_QUEUE: evaluations)."""
+    cmd = [sys.executable, str(Path(worker_module.__file__).resolve()), "--address", address, "--task-queue", tq,
+           "--gpu-task-queue", gq, "--gpus", "none", "--artifacts", str(artifacts)]
+    if queue:
+        cmd += ["--queues", queue]
+    out = open(log, "ab") if log else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    finally:
+        if log:
+            out.close()
+
+
+def stop_process(p: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within 20 s."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+async def wait_running(handle: WorkflowHandle, activity: str, deadline_s: float = 120.0) -> Any:
+    """Wait until an attempt of `activity` is running on a worker (the workflow may not exist yet); returns
+    its pending-activity description (e.g. `last_worker_identity`: the worker's "pid@host")."""
+    from temporalio.api.enums.v1 import PendingActivityState
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        _before(deadline, f"{activity} never started")
+        try:
+            desc = await handle.describe()
+            for p in desc.raw_description.pending_activities:
+                if p.activity_type.name == activity and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
+                    return p
+        except Exception:
+            pass
+        await asyncio.sleep(0.2)
+
+
+def _before(deadline: float, what: str) -> None:
+    if time.monotonic() > deadline:
+        raise TimeoutError(what)
 
 
 @dataclass
@@ -195,7 +250,8 @@ def _first_start_after(history_json: str, since: float) -> float | None:
 
 
 async def run_case(case: str, tmp: Path, timeout_s: float = 240.0) -> Outcome:
-    assert case in CASES, case
+    if case not in CASES:
+        raise ValueError(f"unknown case {case!r}; cases: {', '.join(CASES)}")
     state = tmp / "state-a"
     env = {KEY_ENV: KEY}
     if case == "store-full":
@@ -213,7 +269,8 @@ async def run_case(case: str, tmp: Path, timeout_s: float = 240.0) -> Outcome:
             client = await worker_module.connect(cluster.address)
             client_box = [client]
             spec = _spec(fake.base_url, case, cluster.gq)
-            handle = await start(client, spec, cluster.tq, workflow_id=wf_id)
+            handle = await client.start_workflow(names.WORKFLOW_TYPE, spec, id=wf_id, task_queue=cluster.tq,
+                                                 result_type=RunReport)
             out = Outcome(case=case, report=None, ledger=[], history_json="", notebook="")  # type: ignore[arg-type]
             stop_watch = asyncio.Event()
             watcher = asyncio.create_task(_watch(client_box, wf_id, out, stop_watch))
@@ -221,7 +278,7 @@ async def run_case(case: str, tmp: Path, timeout_s: float = 240.0) -> Outcome:
             if case == "workflow-worker":
                 deadline = time.monotonic() + 120
                 while not in_flight.is_set():
-                    assert time.monotonic() < deadline, "turn 2 was never asked"
+                    _before(deadline, "turn 2 was never asked")
                     await asyncio.sleep(0.1)
                 await asyncio.sleep(0.5)
                 cluster.kill("control")
@@ -252,14 +309,14 @@ async def run_case(case: str, tmp: Path, timeout_s: float = 240.0) -> Outcome:
                 # evaluation between them takes as long as the machine's load makes it
                 deadline = time.monotonic() + 120
                 while not any("connection refused" in f for f in out.faults_seen):
-                    assert time.monotonic() < deadline, f"the outage was never reported: {out.faults_seen}"
+                    _before(deadline, f"the outage was never reported: {out.faults_seen}")
                     await asyncio.sleep(0.3)
                 await asyncio.sleep(OUTAGE_S)
                 fake.up()
             elif case == "store-full":
                 deadline = time.monotonic() + 120
                 while not any("full" in f for f in out.faults_seen):
-                    assert time.monotonic() < deadline, f"the full store was never reported: {out.faults_seen}"
+                    _before(deadline, f"the full store was never reported: {out.faults_seen}")
                     await asyncio.sleep(0.3)
                 (cluster.state / "artifacts" / "filler.bin").unlink()
 

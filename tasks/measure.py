@@ -1,0 +1,222 @@
+"""Measuring a task's candidate honestly: in fresh copies of the task folder, fenced (tasks.fence),
+against the task's own files measured in the same call, runs interleaved.
+
+    measure(bundle, document, cache_root) -> Verdict   (its `metric` holds the figures)
+
+1. The task's folder is made once per worker and task (its files written, `setup` run: the one
+   command that may reach the network) and copied afresh for every measurement: one copy for the
+   starting files (the baseline), one with the candidate's files written over them.
+2. A candidate that names a file outside `files` is rejected before anything runs.
+3. The guard runs on both copies; the candidate's must pass (and print what `expect` asks, with no
+   fewer of its number than the baseline's). A failure is a verdict, never an exception; only a task
+   whose own files fail (TaskBroken) raises.
+4. The metric runs `repeat` times on each copy, in alternating order (baseline first in even
+   rounds, candidate first in odd ones), so drift of the machine falls on both alike. The median
+   counts; for `failure_rate`, the fraction of failed runs.
+5. Any file of the task outside `files` that a run changed (the guard's tests, the metric's script)
+   rejects the candidate."""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import re
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Literal
+
+from kernels.evaluator.verdict import MetricResult, Verdict
+from tasks import document as doc
+from tasks.fence import CommandResult, run_fenced
+from tasks.spec import METRIC_LINE, TaskBundle, editable
+
+TAIL = 3000  # characters of a command's output kept in a verdict
+Mode = Literal["test", "full"]  # the guard alone, or the guard and the metric
+
+
+class TaskBroken(ValueError):
+    """The task's own files fail its guard or give no figure: the task is broken, not the candidate.
+    A run ends at once on it, saying so (one line)."""
+
+
+def gain(spec_direction: str, read: str, baseline: float, value: float, repeat: int) -> float:
+    """How many times better than the baseline. A failure rate of 0 is as good as half a failure in
+    `repeat` runs can tell apart: the ratio stays finite."""
+    eps = 0.5 / repeat if read == "failure_rate" else 1e-12
+    if spec_direction == "lower":
+        return (baseline + eps) / (value + eps)
+    return (value + eps) / (baseline + eps)
+
+
+def _tail(text: str, n: int = TAIL) -> str:
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def prepared_tree(bundle: TaskBundle, cache_root: Path) -> Path:
+    """The task's folder on this worker, made once (files written, `setup` run) and reused."""
+    key = bundle.digest()[:24]
+    cache_root.mkdir(parents=True, exist_ok=True)
+    tree = cache_root / key / "tree"
+    with open(cache_root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (cache_root / key / "ready").is_file():
+            return tree
+        shutil.rmtree(cache_root / key, ignore_errors=True)
+        tree.mkdir(parents=True)
+        for rel, text in bundle.files.items():
+            path = tree / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        if bundle.spec.setup:
+            result = run_fenced(bundle.spec.setup, tree, bundle.spec.timeout_s, network=True)
+            if not result.ok:
+                shutil.rmtree(cache_root / key, ignore_errors=True)
+                raise TaskBroken(f"the task's setup ({bundle.spec.setup!r}) failed "
+                                  f"({'timed out' if result.timed_out else f'exit {result.exit_code}'}): "
+                                  f"{_tail(result.output, 600)}")
+        (cache_root / key / "ready").write_text("")
+    return tree
+
+
+def _copy(tree: Path, into: Path, files: dict[str, str] | None) -> Path:
+    shutil.copytree(tree, into, symlinks=True)
+    for rel, text in (files or {}).items():
+        path = into / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return into
+
+
+def _fixed_digests(bundle: TaskBundle, root: Path) -> dict[str, str | None]:
+    out = {}
+    for rel in bundle.files:
+        if editable(bundle.spec, rel):
+            continue
+        try:
+            out[rel] = hashlib.sha256((root / rel).read_bytes()).hexdigest()
+        except OSError:
+            out[rel] = None
+    return out
+
+
+def read_metric(read: str, result: CommandResult) -> float | None:
+    """The number a metric run gives, or None when it gives none (a failed run, a missing line)."""
+    if read == "failure_rate":
+        return 0.0 if result.ok else 1.0
+    if not result.ok:
+        return None
+    if read == "wall_time":
+        return result.wall_s
+    if read.startswith("METRIC "):
+        name = read[7:]
+        values = [float(v) for k, v in METRIC_LINE.findall(result.output) if k == name]
+        return values[-1] if values else None
+    m = re.search(read[6:], result.output, re.MULTILINE)
+    try:
+        return float(m.group(1)) if m else None
+    except ValueError:
+        return None
+
+
+def _guard_count(expect: str, output: str) -> tuple[bool, float | None]:
+    m = re.search(expect, output, re.MULTILINE)
+    if not m:
+        return False, None
+    try:
+        return True, float(m.group(1)) if m.groups() else None
+    except ValueError:
+        return True, None
+
+
+def measure(bundle: TaskBundle, document: str | None, cache_root: Path, *, mode: Mode = "full",
+            repeat: int | None = None, heartbeat=None, kernel: str = "candidate") -> Verdict:
+    """A candidate (its text; None: the task's own files) against the task's own files: a Verdict
+    whose `metric` holds the figures. A broken task raises TaskBroken; a bad candidate is a verdict."""
+    spec = bundle.spec
+    t0 = time.monotonic()
+    metric = MetricResult(name=spec.metric.read, unit=spec.metric.shown_unit, direction=spec.metric.direction)
+    verdict = Verdict(status="ok", reason="", problem=spec.name, kernel=kernel, mode=mode, device="cpu",
+                      timing_meaningful=True, metric=metric,
+                      source_sha256=hashlib.sha256((document or "").encode()).hexdigest())
+    beat = heartbeat or (lambda: None)
+    try:
+        files = doc.candidate_files(bundle, document) if document is not None else bundle.starting_files()
+    except doc.DocumentError as exc:
+        return _done(verdict, t0, "rejected", str(exc))
+    metric.changed = doc.touched(bundle, files)
+    n = repeat or spec.repeat
+    tree = prepared_tree(bundle, cache_root)
+    with tempfile.TemporaryDirectory(prefix="marathon-task-") as tmp:
+        base = _copy(tree, Path(tmp) / "baseline", None)
+        cand = _copy(tree, Path(tmp) / "candidate", files)
+        fixed = _fixed_digests(bundle, base)
+        if spec.guard:
+            beat()
+            g = run_fenced(spec.guard.command, base, spec.timeout_s)
+            verdict.sandbox.update(g.fences)
+            if not g.ok:
+                raise TaskBroken(f"task {spec.name}: its own files fail its guard "
+                                 f"({'timed out' if g.timed_out else f'exit {g.exit_code}'}): {_tail(g.output, 300)}")
+            base_count = _guard_count(spec.guard.expect, g.output)[1] if spec.guard.expect else None
+            beat()
+            g = run_fenced(spec.guard.command, cand, spec.timeout_s)
+            metric.guard_tail = _tail(g.output)
+            if g.timed_out:
+                return _done(verdict, t0, "timeout", f"the guard timed out after {spec.timeout_s:g} s")
+            if not g.ok:
+                return _done(verdict, t0, "incorrect", f"the guard failed (exit {g.exit_code}): {_tail(g.output, 400)}")
+            if spec.guard.expect:
+                found, count = _guard_count(spec.guard.expect, g.output)
+                if not found:
+                    return _done(verdict, t0, "incorrect", "the guard passed without printing what the task "
+                                 f"expects ({spec.guard.expect!r}): did the checks run?")
+                if base_count is not None and (count is None or count < base_count):
+                    return _done(verdict, t0, "incorrect",
+                                 f"the guard's count fell from {base_count:g} to {count}: fewer checks ran")
+        if mode == "full":
+            samples: dict[str, list[float]] = {"baseline": [], "candidate": []}
+            for r in range(n):
+                for which in (("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")):
+                    beat()
+                    result = run_fenced(spec.metric.command, base if which == "baseline" else cand, spec.timeout_s)
+                    verdict.sandbox.update(result.fences)
+                    value = read_metric(spec.metric.read, result)
+                    if which == "candidate":
+                        verdict.log_tail = _tail(result.output)
+                    if value is None and which == "baseline":
+                        raise TaskBroken(f"task {spec.name}: its own files give no {spec.metric.read} figure "
+                                         f"({'timed out' if result.timed_out else f'exit {result.exit_code}'}): "
+                                         f"{_tail(result.output, 300)}")
+                    if value is None:
+                        why = (f"timed out after {spec.timeout_s:g} s" if result.timed_out
+                               else f"exited {result.exit_code}" if not result.ok
+                               else f"printed no {spec.metric.read[7:] if spec.metric.read.startswith('METRIC ') else 'figure'}")
+                        return _done(verdict, t0, "timeout" if result.timed_out else "incorrect",
+                                     f"the metric command {why} (run {r + 1} of {n})")
+                    samples[which].append(value)
+            agg = statistics.fmean if spec.metric.read == "failure_rate" else statistics.median
+            metric.samples, metric.baseline_samples = samples["candidate"], samples["baseline"]
+            metric.value, metric.baseline = agg(metric.samples), agg(metric.baseline_samples)
+            metric.gain = round(gain(spec.metric.direction, spec.metric.read, metric.baseline, metric.value, n), 6)
+        changed = sorted(k for k, v in _fixed_digests(bundle, cand).items() if v != fixed.get(k))
+        if changed:
+            return _done(verdict, t0, "rejected",
+                         f"running the candidate changed {', '.join(changed)}, which it may not edit")
+    if mode != "full":
+        return _done(verdict, t0, "ok", "the guard passed" if spec.guard else "nothing to check: the task has no guard")
+    unit = f" {metric.unit}" if metric.unit else ""
+    if spec.metric.read == "failure_rate":
+        reason = (f"failure rate {metric.value:.3g} against {metric.baseline:.3g} for the task's own files "
+                  f"over {n} runs each ({metric.gain:.3g}x)")
+    else:
+        reason = (f"{spec.metric.read}: {metric.value:.4g}{unit} against {metric.baseline:.4g}{unit} for the "
+                  f"task's own files ({metric.gain:.3g}x), medians of {n} interleaved runs")
+    return _done(verdict, t0, "ok", reason)
+
+
+def _done(verdict: Verdict, t0: float, status: str, reason: str) -> Verdict:
+    verdict.status, verdict.reason = status, reason
+    verdict.elapsed_s = round(time.monotonic() - t0, 3)
+    return verdict

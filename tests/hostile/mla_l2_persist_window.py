@@ -1,0 +1,75 @@
+"""A persisting-L2 access window: the CUDA runtime (through cuda-python, else ctypes) reserves L2
+for persisting lines and sets an access policy window over the KV cache on the current stream, so the
+judge's L2 flush before each timed call leaves the kernel's data in cache. Defence: statically, the
+imports (cuda.bindings, ctypes); past the policy, the seal refuses the import of a module candidate code
+has no use for, and ends the process on any ctypes event. Expected: rejected; run-time: rejected
+("import of")."""
+import torch
+import triton
+import triton.language as tl
+
+
+
+@triton.jit
+def _mla(q_ptr, kv_ptr, o_ptr, S, H, scale, stride_qb, stride_qh, stride_kvb, stride_kvs, stride_ob, stride_oh,
+         D_LATENT: tl.constexpr, D_ROPE: tl.constexpr, BLOCK_S: tl.constexpr):
+    pid = tl.program_id(0)
+    b = pid // H
+    h = pid % H
+    offs_lat = tl.arange(0, D_LATENT)
+    offs_rope = tl.arange(0, D_ROPE)
+    q_row = q_ptr + b * stride_qb + h * stride_qh
+    q_lat = tl.load(q_row + offs_lat).to(tl.float32)
+    q_rope = tl.load(q_row + D_LATENT + offs_rope).to(tl.float32)
+    m_run = tl.full([], float("-inf"), tl.float32)
+    l_run = tl.full([], 0.0, tl.float32)
+    acc = tl.zeros([D_LATENT], dtype=tl.float32)
+    kv_base = kv_ptr + b * stride_kvb
+    for start in range(0, S, BLOCK_S):
+        offs_s = start + tl.arange(0, BLOCK_S)
+        valid = offs_s < S
+        rows = kv_base + offs_s[:, None] * stride_kvs
+        kv_lat = tl.load(rows + offs_lat[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+        kv_rope = tl.load(rows + D_LATENT + offs_rope[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+        scores = (tl.sum(kv_lat * q_lat[None, :], axis=1) + tl.sum(kv_rope * q_rope[None, :], axis=1)) * scale
+        scores = tl.where(valid, scores, float("-inf"))
+        m_new = tl.maximum(m_run, tl.max(scores, axis=0))
+        alpha = tl.exp(m_run - m_new)
+        p = tl.exp(scores - m_new)
+        l_run = l_run * alpha + tl.sum(p, axis=0)
+        acc = acc * alpha + tl.sum(p[:, None] * kv_lat, axis=0)
+        m_run = m_new
+    tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_lat, (acc / l_run).to(o_ptr.dtype.element_ty))
+
+
+def _launch(q, kv, scale, o):
+    B, H, D = q.shape
+    _mla[(B * H,)](q, kv, o, kv.shape[1], H, scale, q.stride(0), q.stride(1), kv.stride(0), kv.stride(1),
+                   o.stride(0), o.stride(1), D_LATENT=512, D_ROPE=D - 512, BLOCK_S=32)
+    return o
+
+
+def _persist(kv):
+    try:
+        from cuda.bindings import runtime
+        runtime.cudaDeviceSetLimit(runtime.cudaLimit.cudaLimitPersistingL2CacheSize, 32 * 2**20)
+        attr = runtime.cudaStreamAttrValue()
+        window = attr.accessPolicyWindow
+        window.base_ptr = kv.data_ptr()
+        window.num_bytes = min(kv.numel() * kv.element_size(), 32 * 2**20)
+        window.hitRatio = 1.0
+        window.hitProp = runtime.cudaAccessProperty.cudaAccessPropertyPersisting
+        window.missProp = runtime.cudaAccessProperty.cudaAccessPropertyStreaming
+        runtime.cudaStreamSetAttribute(torch.cuda.current_stream().cuda_stream,
+                                       runtime.cudaStreamAttrID.cudaStreamAttributeAccessPolicyWindow, attr)
+    except ImportError:
+        import ctypes
+        ctypes.CDLL("libcudart.so").cudaDeviceSetLimit(ctypes.c_int(6), ctypes.c_size_t(32 * 2**20))
+
+
+def mla_decode(q, kv, scale):
+    if q.is_cuda:
+        _persist(kv)
+    else:
+        import ctypes  # the same route, tried on the CPU too: the refusal does not depend on the device
+    return _launch(q, kv, scale, torch.empty((q.shape[0], q.shape[1], 512), device=q.device, dtype=q.dtype))

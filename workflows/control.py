@@ -1,0 +1,130 @@
+"""What a person (or anything that can reach the server) tells a run: its input, the updates (stop,
+pause, resume, hint, extend) and the signals (an activity's fault, an agent's news), each validated
+here before it touches the run: a bad input fails the run at once naming the field, a bad update is
+refused by its validator, a malformed signal is dropped. Runs inside the workflow; the handlers
+themselves are declared on the workflow class (workflows/kernel_optimization.py) and call these."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel, ValidationError
+
+    from workflows import limits, names
+    from workflows.models import Extension, Fault, RunSpec, describe_invalid
+
+from workflows.run import Run
+
+
+# ------------------------------------------------------------------------------------ payloads
+def parse_spec(raw: Any) -> RunSpec:
+    """The input, validated here rather than by the data converter: a converter's error fails only the
+    workflow task, which Temporal retries for ever; this error fails the run at once, saying why."""
+    try:
+        return RunSpec.model_validate(raw)
+    except ValidationError as err:
+        raise ApplicationError(f"bad run input: {describe_invalid(err)}", type="BadRunSpec",
+                               non_retryable=True) from None
+
+
+def check_origin(spec: RunSpec) -> None:
+    """`carry` (the state so far) and `agent` are the workflow's own: set when a run continues as new, and
+    on the agents a run starts. In a run anyone started they would be a state nobody judged (a best
+    kernel, a verdict): refused, as a bad input is."""
+    info = workflow.info()
+    if spec.carry is not None and info.continued_run_id is None and info.parent is None:
+        raise ApplicationError("bad run input: carry: set by the workflow itself when it continues as new; leave "
+                               "it out", type="BadRunSpec", non_retryable=True)
+    if spec.agent is not None and info.parent is None:
+        raise ApplicationError("bad run input: agent: set by a run on the agents it starts; leave it out",
+                               type="BadRunSpec", non_retryable=True)
+
+
+def parse_update(model: type[BaseModel], raw: Any, name: str) -> Any:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        raise ValueError(f"bad {name} payload: {describe_invalid(err)}") from None
+
+
+def parse_signal(model: type[BaseModel], raw: Any, name: str) -> Any:
+    """A signal's payload, validated as an update's is, or None: a malformed or oversized signal is
+    dropped, with a warning in the worker's log."""
+    try:
+        size = len(json.dumps(raw, default=str))
+    except (TypeError, ValueError):
+        size = limits.MAX_SIGNAL_BYTES + 1
+    if size > limits.MAX_SIGNAL_BYTES:
+        workflow.logger.warning(f"dropped a {name} signal of {size} bytes (at most {limits.MAX_SIGNAL_BYTES})")
+        return None
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        workflow.logger.warning(f"dropped a {name} signal: {describe_invalid(err)}")
+        return None
+
+
+def text_arg(raw: Any, name: str, limit: int) -> str:
+    if not isinstance(raw, str):
+        raise ValueError(f"bad {name} payload: a string is needed (got {type(raw).__name__})")
+    if len(raw) > limit:
+        raise ValueError(f"bad {name} payload: {len(raw)} characters, at most {limit}")
+    return raw
+
+
+# ------------------------------------------------------------------------------------- updates
+def stop(run: Run, reason: str) -> str:
+    run.state.stop_requested = reason or "asked to stop"
+    return f"stopping after the current tool call ({run.state.tool_calls} done)"
+
+
+def validate_stop(reason: Any) -> None:
+    text_arg(reason, "stop", limits.MAX_STOP_REASON_CHARS)
+
+
+def hint(run: Run, text: str) -> str:
+    st = run.state
+    st.hints.append(text)
+    st.pending_hints.append(text)
+    if st.memory is not None:
+        st.memory.hints = list(st.hints)
+    return f"hint {len(st.hints)} recorded; the model sees it on its next turn"
+
+
+def validate_hint(text: Any) -> None:
+    if not text_arg(text, "hint", limits.MAX_HINT_CHARS).strip():
+        raise ValueError("an empty hint")
+
+
+def extension(run: Run, raw: Any) -> Extension:
+    """An `extend` payload: Extension's constraints (it adds, never takes away), and no total past its bound."""
+    e: Extension = parse_update(Extension, raw, "extend")
+    st = run.state
+    if st.budget_hours + e.hours > limits.MAX_HOURS:
+        raise ValueError(f"bad extend payload: hours: the budget would be {st.budget_hours + e.hours:.6g} h, "
+                         f"at most {limits.MAX_HOURS:g}")
+    if st.budget_tool_calls + e.tool_calls > limits.MAX_TOOL_CALLS:
+        raise ValueError(f"bad extend payload: tool_calls: the budget would be {st.budget_tool_calls + e.tool_calls}, "
+                         f"at most {limits.MAX_TOOL_CALLS}")
+    return e
+
+
+# ------------------------------------------------------------------------------------- signals
+async def fault(run: Run, raw: Any) -> None:
+    """An activity's attempt failed and Temporal retries it: show what fails and since when (until that
+    activity's call ends, or the run does); the first failure of a streak goes into the notebook."""
+    f = parse_signal(Fault, raw, names.FAULT_SIGNAL)
+    if f is None:
+        return
+    cur = run.fault
+    same = cur is not None and cur.activity == f.activity and cur.since == f.since
+    if same and f.attempt <= cur.attempt:
+        return
+    run.fault = f
+    run.details()
+    if not same:
+        await run.notebook(f"{f.activity} failing: {f.message}; retrying")
