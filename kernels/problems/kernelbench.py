@@ -54,8 +54,10 @@ def _literal(node: ast.AST):
     for anything that names something (a constant derived from another follows it: not overridable)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool, type(None))):
         return node.value
-    if isinstance(node, (ast.Tuple, ast.List)):
+    if isinstance(node, ast.Tuple):
         return tuple(_literal(e) for e in node.elts)
+    if isinstance(node, ast.List):
+        return [_literal(e) for e in node.elts]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         v = _literal(node.operand)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
