@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli import dev, report, run, schedule, suite
+from cli import dev, problem, report, run, schedule, suite
 from cli import eval as eval_command
 from cli.args import Parser
 from cli.help import complete
@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
                 epilog="`marathon COMMAND --help` explains a command's flags.")
     sub = ap.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     eval_command.add_parser(sub)
+    problem.add_parser(sub)
     run.add_run_parser(sub)
     suite.add_parser(sub)
     run.add_follow_parser(sub)

@@ -61,7 +61,8 @@ def eval_request(inp: EvalInput, source: str, cache: BaselineCache | None = None
     # a file problem's baselines are never shared: another file may carry the same name
     cache = cache if inp.problem_source is None else None
     known = cache.known(inp.problem, s.device) if cache is not None and s.baselines and mode == "full" else []
-    return EvalRequest(problem=inp.problem, problem_source=inp.problem_source, source=source, kernel=f"attempt {inp.attempt}", device=s.device,
+    return EvalRequest(problem=inp.problem, problem_source=inp.problem_source, source=source, kernel=f"attempt {inp.attempt}",
+                       device=s.device, dtype=s.dtype,
                        shape_set=None if s.shape_list else s.shapes, shapes=s.shape_list,
                        mode=mode, timeout_s=s.timeout_s, seeds=s.seeds, reps=s.reps,
                        baselines=s.baselines, known_baselines=known)
@@ -205,6 +206,8 @@ def run_eval(inp: EvalInput, store: ArtifactStore, heartbeat: Callable[[], None]
     if cache is not None and inp.problem_source is None:
         cache.learn(inp.problem, inp.settings.device, verdict)
     artifact = store.put(verdict.model_dump_json(indent=2))
+    if verdict.problem_error:  # the problem's own failure (its detail kept in the artifact): the run ends
+        raise ProblemFault(f"{verdict.problem_error} (the whole record: artifact {artifact[:12]})")
     if recorded_by and verdict.ok and verdict.mode == "full":
         store.record_verdict(verdict_scope(inp.problem, inp.problem_source, inp.settings), recorded_by,
                              inp.source.sha256, artifact)
@@ -244,6 +247,11 @@ def _run_task(inp: EvalInput, source: str, store: ArtifactStore, heartbeat, reco
                              inp.source.sha256, artifact)
     text, _ = capped(describe_task(inp.tool, inp.attempt, verdict), inp.output_cap, store)
     return EvalResult(text=text, verdict=_slim(verdict), digest=digest(inp.tool, verdict, artifact))
+
+
+class ProblemFault(ValueError):
+    """A file problem's own code fails (or cannot take the shape asked for): no candidate can be judged,
+    so the run cannot go on; the activity wrapper raises it non-retryable, in one line with the file's line."""
 
 
 class TaskFault(ValueError):

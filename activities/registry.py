@@ -94,7 +94,9 @@ class MarathonActivities:
             return evaluation.run_eval(inp, self.store, heartbeat=activity.heartbeat,
                                        recorded_by=activity.info().workflow_id)
         except evaluation.TaskFault as exc:  # the task's own files fail: the run ends, saying so
-            raise ApplicationError(str(exc), type="TaskBroken", non_retryable=True) from None
+            raise ApplicationError(str(exc), type=names.TASK_BROKEN, non_retryable=True) from None
+        except evaluation.ProblemFault as exc:  # the problem file's own code fails: the run ends, saying so
+            raise ApplicationError(str(exc), type=names.PROBLEM_BROKEN, non_retryable=True) from None
         except (KeyError, ValueError) as exc:  # bad evaluation settings (a shape the problem refuses, ...)
             raise ApplicationError(f"{type(exc).__name__}: {exc}", type="BadEvalSettings", non_retryable=True) from None
 

@@ -9,6 +9,7 @@ import ast
 import difflib
 
 from activities.artifacts import ArtifactStore, capped
+from kernels.problems.kernelbench import FileFacts, full_shape
 from kernels.problems.spec import get_problem
 from kernels.problems.tunables import TunablesError, read_tunables
 from tasks import document as task_document
@@ -175,6 +176,32 @@ def note(inp: NoteInput, store: ArtifactStore) -> ToolResult:
     return ToolResult(text=f"noted ({len(text)} characters); notes are kept in the run's memory", artifact=key)
 
 
+def _file_problem_setup(inp: PrepareInput, spec, statement: str, shape_set: str | None, shapes: list):
+    """A file problem's statement (its sizes apart from its other constants) and the shapes its runs
+    are judged on, told by its fenced process (kernels/evaluator/evaluate.py check_problem: the file's
+    code never runs here). A problem that fails there is a bad run input (ValueError); a worker that
+    cannot start that process keeps the file's text alone, and the first evaluation tells the shapes."""
+    from kernels.evaluator.evaluate import EvaluatorError, ProblemCheck, check_problem
+    from kernels.problems.kernelbench import statement as file_statement
+    try:
+        report = check_problem(ProblemCheck(problem=spec.name, problem_source=spec.source, device="cpu",
+                                            dtype=inp.eval.dtype, shapes=list(inp.eval.shape_list),
+                                            run_reference=False, need_smoke=inp.eval.device == "cpu",
+                                            timeout_s=600.0))
+    except EvaluatorError:
+        return statement, None, [] if not inp.eval.shape_list else shapes
+    if report.bad_request or report.error:
+        raise ValueError(f"the problem cannot be judged: {report.bad_request or report.error}")
+    facts = FileFacts(name=spec.name, sizes=report.dimensions, constants=report.constants)
+    statement = file_statement(spec.name, spec.source, facts)
+    if inp.eval.shape_list:
+        given = [{k: v for k, v in s.items() if v != spec.defaults.get(k)} for s in shapes]
+        return statement, None, [full_shape(report.dimensions, g) for g in given]
+    if shape_set in report.shapes:
+        return statement, shape_set, report.shapes[shape_set]
+    return statement, shape_set, shapes
+
+
 def prepare(inp: PrepareInput, store: ArtifactStore) -> RunSetup:
     """Resolve what the workflow may not read itself: the statement, the starting source, the shapes."""
     if inp.task is not None:
@@ -200,6 +227,8 @@ def prepare(inp: PrepareInput, store: ArtifactStore) -> RunSetup:
         shapes = spec.shapes(shape_set)
     else:  # device auto: the GPU worker decides (smoke on a CPU, bench on CUDA); known after an evaluation
         shape_set, shapes = None, []
+    if spec.source is not None:
+        statement, shape_set, shapes = _file_problem_setup(inp, spec, statement, shape_set, shapes)
     tunables = config = None
     try:
         found = read_tunables(source)

@@ -99,6 +99,8 @@ def _add_spec_flags(run, problem: str = "one") -> None:
     run.add_argument("--shapes", default=None, choices=("smoke", "bench", "sweep"),
                      help="default: smoke on the CPU, bench on CUDA")
     run.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE,...")
+    run.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"),
+                     help="the inputs' dtype (default: the problem's; float32 for a KernelBench file, or its DTYPE)")
     run.add_argument("--timeout", type=SECONDS, default=600.0, help="wall-clock seconds for one candidate's process")
     run.add_argument("--parallel", type=PARALLEL, default=1,
                      help="tuner: configurations profiled at once, one per GPU worker (`marathon dev --gpus auto` "
@@ -156,12 +158,21 @@ def _task_spec(args: argparse.Namespace):
         raise ValueError("--kernel: a task starts from its own files (give changes to them as the task's files)")
     if args.shape or args.shapes:
         raise ValueError("--shape/--shapes: a task has no shapes")
+    if getattr(args, "dtype", None):
+        raise ValueError("--dtype: a task has no inputs of a dtype")
     return RunSpec(problem=bundle.spec.name, task=bundle, policy=args.policy, model=_model_settings(args),
                    budgets=Budgets(hours=args.hours, max_tool_calls=args.max_tool_calls,
                                    target_speedup=args.target_speedup),
                    eval=EvalSettings(device="cpu", timeout_s=args.timeout, parallel=args.parallel, sweep_best=False),
                    hints=list(args.hint), compact_every=args.compact_every, context_budget=args.context_budget,
                    gpu_task_queue=args.gpu_task_queue, agents=args.agents)
+
+
+def given_shape(spec, given: dict[str, int]) -> dict[str, int]:
+    """A --shape as a run's input holds it, checked against the problem: a built-in problem's whole
+    shape; a file problem's values as given (the others keep the file's; its process tells the sizes)."""
+    full = spec.shape(given)
+    return dict(given) if spec.source is not None else full
 
 
 def _spec_from_args(args: argparse.Namespace):
@@ -178,8 +189,6 @@ def _spec_from_args(args: argparse.Namespace):
     spec = get_problem(name, problem_source)
     if problem_source is not None and args.kernel == "starter":
         raise ValueError(f"--kernel: a problem file ({name}) ships no starter; give a candidate file with ModelNew")
-    if problem_source is not None and args.device == "cpu" and not args.shape and args.shapes is None:
-        spec.shapes("smoke")  # says that the file's own sizes are too large for the interpreter
     # the workflow input carries a kernel of the user's as its text, labelled with its file's name: the
     # workers read no file an input names
     kernel, source = args.kernel, None
@@ -207,8 +216,8 @@ def _spec_from_args(args: argparse.Namespace):
                    policy=policy, model=model, memory=memory,
                    budgets=Budgets(hours=args.hours, max_tool_calls=args.max_tool_calls,
                                    target_speedup=args.target_speedup),
-                   eval=EvalSettings(device=args.device, shapes=args.shapes,
-                                     shape_list=[spec.shape(parse_shape(s)) for s in args.shape],
+                   eval=EvalSettings(device=args.device, shapes=args.shapes, dtype=args.dtype,
+                                     shape_list=[given_shape(spec, parse_shape(s)) for s in args.shape],
                                      timeout_s=args.timeout, parallel=args.parallel,
                                      sweep_best=not args.no_sweep_check),
                    hints=list(args.hint), compact_every=args.compact_every, context_budget=args.context_budget,

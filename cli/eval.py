@@ -57,6 +57,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except EvaluatorError as exc:
         print(f"marathon eval: infrastructure error: {exc}", file=sys.stderr)
         return 3
+    if verdict.problem_error:  # the problem's own failure: no verdict on the kernel
+        print(f"marathon eval: {verdict.problem_error}", file=sys.stderr)
+        return 2
     print(verdict.model_dump_json(indent=2) if args.json else verdict_table(verdict))
     return 0 if verdict.ok else 1
 
@@ -75,7 +78,8 @@ def add_parser(sub) -> None:
     ev.add_argument("--shapes", default=None, choices=("smoke", "bench", "sweep"),
                     help="a named shape set (default: smoke on the CPU, bench on CUDA)")
     ev.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE,...",
-                    help="an explicit shape, e.g. B=3,H=4,S=1000 (repeatable; replaces --shapes)")
+                    help="an explicit shape, e.g. B=3,H=4,S=1000 (repeatable; replaces --shapes); a KernelBench "
+                         "file's: any of its overridable constants (NAME[i] for an element of a tuple)")
     ev.add_argument("--timeout", type=SECONDS, default=600.0, help="wall-clock seconds for the candidate's process")
     ev.add_argument("--mode", default="full", choices=("compile", "test", "full"))
     ev.add_argument("--seeds", type=SEEDS, default=3, help="fresh random inputs per shape (at least 3 counts)")

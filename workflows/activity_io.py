@@ -123,6 +123,8 @@ def verdict_scope(problem: str, problem_source: str | None, settings: EvalSettin
            "problem_source": hashlib.sha256(problem_source.encode()).hexdigest() if problem_source else None,
            "device": settings.device, "shapes": settings.shapes, "shape_list": settings.shape_list,
            "seeds": settings.seeds, "reps": settings.reps, "baselines": settings.baselines}
+    if settings.dtype is not None:  # (absent otherwise: the scopes of runs without one stay as they were)
+        key["dtype"] = settings.dtype
     if task_key is not None:
         key["task"] = task_key
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()

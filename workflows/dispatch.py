@@ -23,6 +23,7 @@ from workflows.islands import Islands
 from workflows.run import Run, short
 
 NOTES_KEPT = 200
+PROBLEM_LINE_CHARS = 1000  # a broken problem's line, whole (its message is capped at 300 where it is made)
 Answer = tuple[str, bool, "int | None"]  # what the model reads, whether the tool did it, the attempt it concerned
 
 
@@ -53,13 +54,21 @@ class ToolDispatch:
             except ActivityError as err:
                 run.fault_over(name)
                 cause = err.cause or err
-                text = (f"infrastructure error: {name} failed after its retries ({short(str(cause), 400)}). "
-                        f"Nothing was learned about the kernel; you may try again.")
                 ok = False
-                if isinstance(cause, ApplicationError) and cause.type == "TaskBroken":  # the task's own files fail
-                    st.stop_requested = st.stop_requested or f"the task is broken: {short(str(cause), 300)}"
-                if workflow.patched(names.PATCH_FAULT_REPORTS):
-                    await run.notebook(f"tool call {seq} ({name}) failed: {short(str(cause), 300)}")
+                if isinstance(cause, ApplicationError) and cause.type == names.PROBLEM_BROKEN:
+                    # the problem file's own code fails: no kernel can be judged; the run ends at once, its
+                    # one line (with the file's line) whole in the notebook and the stop reason
+                    line = short(cause.message, PROBLEM_LINE_CHARS)
+                    text = f"the problem itself is broken, so the run ends: {line}"
+                    st.stop_requested = st.stop_requested or f"the problem is broken: {line}"
+                    await run.notebook(f"tool call {seq} ({name}): the problem is broken: {line}")
+                else:
+                    text = (f"infrastructure error: {name} failed after its retries ({short(str(cause), 400)}). "
+                            f"Nothing was learned about the kernel; you may try again.")
+                    if isinstance(cause, ApplicationError) and cause.type == names.TASK_BROKEN:  # the task's own files fail
+                        st.stop_requested = st.stop_requested or f"the task is broken: {short(str(cause), 300)}"
+                    if workflow.patched(names.PATCH_FAULT_REPORTS):
+                        await run.notebook(f"tool call {seq} ({name}) failed: {short(str(cause), 300)}")
         st.calls_since_compaction += 1
         # in seq order, also when calls in flight together finish out of order
         bisect.insort(st.ledger, ToolCallRecord(seq=seq, tool=name, call_id=call_id, attempt=attempt, ok=ok,

@@ -37,7 +37,7 @@ Seconds = Annotated[float, Field(gt=0, le=L.MAX_TIMEOUT_S)]
 HeartbeatSeconds = Annotated[float, Field(gt=0, le=L.MAX_HEARTBEAT_S)]
 Name = Annotated[str, Field(max_length=L.MAX_NAME_CHARS)]
 SourceText = Annotated[str, Field(max_length=L.MAX_SOURCE_CHARS)]
-Dimension = Annotated[int, Field(ge=1, le=L.MAX_DIMENSION)]
+ShapeValue = Annotated[int, Field(ge=-L.MAX_DIMENSION, le=L.MAX_DIMENSION)]
 
 
 def describe_invalid(err: ValidationError, prefix: str = "") -> str:
@@ -82,8 +82,10 @@ class Budgets(_Input):
 class EvalSettings(_Input):
     device: Literal["auto", "cpu", "cuda"] = "auto"  # of the GPU worker
     shapes: Literal["smoke", "bench", "sweep"] | None = None  # smoke | bench | sweep; None: smoke on the CPU, bench on CUDA
-    # explicit shapes instead of a set
-    shape_list: list[dict[Name, Dimension]] = Field(default_factory=list, max_length=L.MAX_SHAPES)
+    # explicit shapes instead of a set (a file problem's: the values given; its other constants may be 0
+    # or negative, so each value is bounded here and checked by the problem)
+    shape_list: list[dict[Name, ShapeValue]] = Field(default_factory=list, max_length=L.MAX_SHAPES)
+    dtype: Literal["float32", "float16", "bfloat16"] | None = None  # the inputs'; None: the problem's
     timeout_s: Seconds = 600.0  # wall clock for one candidate's process
     seeds: int = Field(default=3, ge=1, le=L.MAX_SEEDS)
     reps: int | None = Field(default=None, ge=1, le=L.MAX_REPS)

@@ -22,6 +22,9 @@ WRITE_KERNEL, EDIT_KERNEL, SHOW_KERNEL, LIST_ATTEMPTS, NOTE = (
     "write_kernel", "edit_kernel", "show_kernel", "list_attempts", "note")
 # activities on GPU_TASK_QUEUE
 COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL = "compile_kernel", "test_kernel", "profile_kernel"
+# an evaluation's failure type when the work itself cannot be judged: a task's own files fail, or a
+# file problem's own code; non-retryable, the run ends saying so
+TASK_BROKEN, PROBLEM_BROKEN = "TaskBroken", "ProblemBroken"
 # the model's tools are these activities, by the same names
 TOOL_NAMES = (WRITE_KERNEL, EDIT_KERNEL, COMPILE_KERNEL, TEST_KERNEL, PROFILE_KERNEL, SHOW_KERNEL, LIST_ATTEMPTS,
               NOTE)

@@ -2,8 +2,9 @@
 with a clean environment and resource limits; it is the only place candidate code ever runs.
 
 It reports facts (which kernels launched, which torch ops ran, whether the output is a plain new
-tensor, whether inputs changed) as JSON lines on a dedicated pipe; it decides nothing. Inputs come
-from files the judge wrote; outputs go back as files; the reference never enters this process."""
+tensor, whether inputs changed) as JSON lines on a dedicated pipe; it decides nothing. Inputs are made
+here, on the device, from the seed each command names (the problem's own make_inputs, as the judge's
+reference's are made); outputs go back as files; the reference never enters this process."""
 from __future__ import annotations
 
 import argparse
@@ -11,8 +12,10 @@ import functools
 import importlib
 import importlib.util
 import json
+import math
 import os
 import resource
+import secrets
 import sys
 import threading
 import time
@@ -311,7 +314,7 @@ class CandidateServer:
         self.monitor = make_monitor(recorder, self.probe)
         self.integrity = integrity  # seal.Integrity: the harness's modules and classes as sealed, or None
         self.module = module
-        self.inputs: dict[str, dict] = {}
+        self.inputs: dict[tuple, dict] = {}
         self.keep: list[torch.Tensor] = []  # recent outputs stay alive so their memory is not reused
         self.timed: dict[int, torch.Tensor] = {}  # outputs of the last timing run (and clocked calls), until saved
         self.armed: tuple | None = None  # a clocked call's inputs, made before the judge's clock starts
@@ -334,10 +337,17 @@ class CandidateServer:
     def _problem_reference(self, cmd: dict):
         return self.reference or importlib.import_module(f"kernels.problems.{cmd['problem']}.reference")
 
-    def load(self, path: str) -> dict:
-        if path not in self.inputs:
-            self.inputs[path] = torch.load(path, map_location=self.device, weights_only=True)
-        return self.inputs[path]
+    def inputs_of(self, cmd: dict) -> dict:
+        """The call's inputs, made here from the seed it names (on the device, by the problem's own
+        make_inputs, as the judge's reference's were: no input crosses a process boundary or a disk),
+        outside the call; the same seed again (the no-op and the second-fill calls) gets the same tensors."""
+        key = (json.dumps(cmd.get("problem_shape"), sort_keys=True), int(cmd["seed"]), cmd.get("input_dtype"))
+        if key not in self.inputs:
+            self.inputs.clear()  # one seed's inputs at a time: the file problems' own sizes are large
+            reference = self._problem_reference(cmd)
+            self.inputs[key] = reference.make_inputs(cmd["problem_shape"], int(cmd["seed"]), self.device,
+                                                     getattr(torch, cmd["input_dtype"]))
+        return self.inputs[key]
 
     def poison(self, nbytes: int, byte: int) -> None:
         """Fill the allocator's free memory with the poison byte: whatever the candidate gets without
@@ -365,7 +375,7 @@ class CandidateServer:
 
     def call(self, cmd: dict) -> dict:
         self._prepare(cmd.get("problem_shape"), cmd.get("input_dtype"))
-        inputs = self.load(cmd["inputs"])
+        inputs = self.inputs_of(cmd)
         expected_shape = tuple(cmd["shape"])
         expected_dtype = getattr(torch, cmd["dtype"])
         tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
@@ -408,7 +418,10 @@ class CandidateServer:
     def time(self, cmd: dict) -> dict:
         """Timed calls on fresh inputs: `slots` sets of buffers at addresses no check call saw, each
         refilled with new values (a fresh seed) before every call, outside the clock. Every output
-        is kept, so that the judge can re-check the ones it picks afterwards."""
+        is kept, so that the judge can re-check the ones it picks afterwards; past `keep_bytes` (the
+        file problems' own sizes on a GPU) a uniform random sample of them (reservoir sampling, each
+        call's draw made after it returned, from the system's entropy: a call cannot know whether it
+        will be kept), and the reply says which."""
         reference = self._problem_reference(cmd)
         self._prepare(cmd["shape"], cmd["dtype"])
         shape, dtype = cmd["shape"], getattr(torch, cmd["dtype"])
@@ -418,8 +431,26 @@ class CandidateServer:
         self.timed.clear()
         self.keep.clear()
         seeds: dict[int, int] = {}
-        kept_ptrs: set[int] = set()
+        kept_ptrs: dict[int, int] = {}  # storage pointer -> the call whose kept output holds it
         facts = {"threads_alive": [], "output_problem": None}
+        keep_bytes = cmd.get("keep_bytes")
+        out_bytes = math.prod(expected_shape) * dtype.itemsize
+        room = None if keep_bytes is None else max(2, int(keep_bytes) // max(out_bytes, 1))
+        seen = [0]
+
+        def keep(i: int) -> bool:
+            """Whether call i's output joins the kept ones (evicting one at random when they are full)."""
+            seen[0] += 1
+            if room is None or len(self.timed) < room:
+                return True
+            if secrets.randbelow(seen[0]) >= room:
+                return False
+            victim = list(self.timed)[secrets.randbelow(len(self.timed))]
+            del self.timed[victim]
+            for ptr, j in list(kept_ptrs.items()):
+                if j == victim:  # its memory may come back to a later output: no longer "an earlier output's"
+                    del kept_ptrs[ptr]
+            return True
         threads_before = self.base_threads
         modules_before = set(sys.modules)
 
@@ -443,10 +474,11 @@ class CandidateServer:
                 ptr = out.untyped_storage().data_ptr()
                 if ptr in kept_ptrs:
                     problem = "returned the memory of an earlier timed call's output; return a new tensor every call"
-                kept_ptrs.add(ptr)
             if problem and facts["output_problem"] is None:
                 facts["output_problem"] = f"{problem} (timed call {i})"
-            if problem is None:
+            if problem is None and keep(i):
+                if not copy:
+                    kept_ptrs[out.untyped_storage().data_ptr()] = i
                 self.timed[i] = out.detach().clone() if copy else out
 
         result = timing.time_fn(self.fn, [], self.device, int(cmd["reps"]), int(cmd["warmup"]),
@@ -456,7 +488,7 @@ class CandidateServer:
         facts["state_changed"] = self._state_changes()
         facts["new_modules"] = sorted(set(sys.modules) - modules_before)
         facts["tampered"] = self.tampered()
-        return {"kind": "timed", **result, "seeds": seeds, "facts": facts}
+        return {"kind": "timed", **result, "seeds": seeds, "facts": facts, "kept": sorted(self.timed)}
 
     def arm(self, cmd: dict) -> dict:
         """A batch of clocked calls, made ready before the judge's clock starts (it times the `fire` that
@@ -532,14 +564,18 @@ class CandidateServer:
         return {"kind": "pong"}
 
     def save_timed(self, cmd: dict) -> dict:
+        """The kept outputs the judge picked, as files (each let go once saved); `clear` (the last batch
+        of a pick): the rest are let go too."""
         saved = {}
         for i in cmd["indices"]:
-            out = self.timed.get(int(i))
+            out = self.timed.pop(int(i), None)
             if out is not None:
                 path = os.path.join(cmd["dir"], f"timed_{int(i)}.pt")
                 torch.save(out.detach().to("cpu"), path)
                 saved[str(int(i))] = path
-        self.timed.clear()
+            del out
+        if cmd.get("clear", True):
+            self.timed.clear()
         return {"kind": "saved", "files": saved, "tampered": self.tampered()}
 
     def serve(self, stream) -> None:

@@ -19,6 +19,7 @@ from typing import Callable
 from pydantic import BaseModel, Field
 
 from kernels.evaluator.confinement import die_with_parent, judge_env, make_non_dumpable, scratch_prefix, scrub
+from kernels.problems.kernelbench import ReferenceCall
 from kernels.problems.spec import get_problem, resolve_kernel
 from kernels.evaluator.verdict import KnownBaseline, Mode, Verdict
 
@@ -51,6 +52,38 @@ class EvalRequest(BaseModel):
     # baseline timings an earlier evaluation on this GPU measured (kernels/evaluator/baseline_cache.py): the judge
     # reuses a matching one instead of timing that baseline again, and says so in the verdict
     known_baselines: list[KnownBaseline] = Field(default_factory=list)
+
+
+class ProblemCheck(BaseModel):
+    """`marathon problem`'s request: a KernelBench-format file checked in its fenced process."""
+    problem: str
+    problem_source: str
+    device: str = "cpu"  # auto | cpu | cuda
+    dtype: str | None = None  # the inputs' dtype for the reference calls; None: the problem's
+    shapes: list[dict[str, int]] = Field(default_factory=list)  # values given (--shape); none: the device's set
+    run_reference: bool = True  # the reference once per shape (the run's preparation needs only the facts)
+    need_smoke: bool = True  # small sizes for a CPU must be found (a GPU run's preparation: only noted otherwise)
+    timeout_s: float = 900.0
+
+
+class ProblemReport(BaseModel):
+    """What `marathon problem` prints (and `--json` as this object)."""
+    name: str
+    device: str
+    dtype: str
+    dimensions: dict[str, int] = Field(default_factory=dict)  # the sizes: constants that shape inputs and parameters
+    constants: dict[str, int | float | bool | str] = Field(default_factory=dict)  # every other constant
+    shapes: dict[str, list[dict[str, int]]] = Field(default_factory=dict)  # smoke, bench
+    chosen: str = ""  # what the problem chose by itself (small sizes for a CPU), in words
+    reference: list[ReferenceCall] = Field(default_factory=list)  # once per shape judged on the device
+    statement: str = ""
+    error: str | None = None  # the problem's own failure: one line with the file's line
+    line: int | None = None
+    bad_request: str | None = None  # a shape or dtype the file cannot take as asked (one line)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.bad_request is None and all(c.status == "ok" for c in self.reference)
 
 
 def request_for(problem: str, kernel: str, problem_source: str | None = None, **settings) -> EvalRequest:
@@ -193,8 +226,6 @@ def _evaluate(request: EvalRequest, heartbeat: Callable[[], None] | None, judge_
         spec.shape(shape)
     if request.shape_set is not None:
         spec.shapes(request.shape_set)
-    elif spec.source is not None and not request.shapes and request.device == "cpu":
-        spec.shapes("smoke")  # a file problem on a CPU needs small shapes: says so here
     if request.dtype is not None and request.dtype not in spec.tolerances:
         raise ValueError(f"--dtype {request.dtype}: {spec.name} knows {', '.join(spec.tolerances)}")
     t0 = time.monotonic()
@@ -237,6 +268,40 @@ def _evaluate(request: EvalRequest, heartbeat: Callable[[], None] | None, judge_
     verdict.phases_s["judge_process"] = round(max(time.monotonic() - t0 - verdict.elapsed_s, 0.0), 3)
     verdict.sandbox["warm_judge"] = spare is not None
     return verdict
+
+
+def check_problem(request: ProblemCheck, *, heartbeat: Callable[[], None] | None = None) -> ProblemReport:
+    """A file problem checked in its fenced process, through a judge process (the file's code runs in
+    neither this process nor the judge's): kernels/evaluator/judge.py check_problem. Only
+    infrastructure faults raise (EvaluatorError); the problem's own failure is the report's error."""
+    make_non_dumpable()
+    get_problem(request.problem, request.problem_source)  # a file that is not in the format fails here, in one line
+    with tempfile.TemporaryDirectory(prefix=scratch_prefix("marathon-judge")) as tmp:
+        req_path, out_path, log_path = (Path(tmp) / n for n in ("request.json", "report.json", "judge.log"))
+        req_path.write_text(request.model_dump_json())
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "kernels.evaluator.judge", "--check-problem", str(req_path), str(out_path)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_judge_env(tmp), cwd=tmp,
+                start_new_session=True, preexec_fn=die_with_parent())
+        deadline = time.monotonic() + request.timeout_s
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=2.0)
+                    break
+                except subprocess.TimeoutExpired:
+                    if heartbeat:
+                        heartbeat()
+                    if time.monotonic() > deadline:
+                        raise EvaluatorError("the judge process checking the problem outlived its deadline")
+        finally:
+            if proc.poll() is None:
+                _kill_group(proc)
+        if proc.returncode != 0 or not out_path.exists():
+            tail = scrub(log_path.read_text(errors="replace")[-3000:])
+            raise EvaluatorError(f"the judge process failed (exit {proc.returncode}):\n{tail}")
+        return ProblemReport.model_validate(scrub(json.loads(out_path.read_text())))
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

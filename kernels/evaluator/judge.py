@@ -33,10 +33,12 @@ import triton
 from kernels.evaluator import confinement, gpu_quiet, isolation, timing
 from kernels.evaluator.seal import SEAL_EXIT
 from kernels.evaluator.hostinfo import nvidia_driver
-from kernels.evaluator.evaluate import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, EvaluatorError, env_digest, source_sha256
+from kernels.evaluator.evaluate import (PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, EvaluatorError, ProblemCheck,
+                                        ProblemReport, env_digest, source_sha256)
 from kernels.evaluator.confinement import SECRET_WORDS
 from kernels.evaluator.policy import check_source, module_violation
-from kernels.problems.spec import PROBLEM_NAMES, ProblemSpec, get_problem
+from kernels.problems.kernelbench import FileFacts, ReferenceCall, check_given, full_shape, statement
+from kernels.problems.spec import PROBLEM_NAMES, ProblemSpec, ShapeError, get_problem
 from kernels.evaluator.roofline import DeviceProfile, profile_for_gpu
 from kernels.evaluator.verdict import Gpu, KnownBaseline, ShapeResult, Timing, Verdict, device_label
 
@@ -53,6 +55,7 @@ PASS_ENV_PREFIXES = ("CUDA_", "TRITON_", "NVIDIA_", "LD_LIBRARY_PATH", "PATH", "
 MAX_PROCESSES = int(os.environ.get("MARATHON_SANDBOX_MAX_PROCESSES", "16"))  # ptxas/gcc while compiling
 SCRATCH_QUOTA = int(os.environ.get("MARATHON_SANDBOX_DISK", str(4 * 2**30)))  # bytes under the scratch dir
 GPU_MEMORY_FRACTION = float(os.environ.get("MARATHON_SANDBOX_GPU_FRACTION", "0.8"))  # the judge keeps the rest
+OUTPUT_FRAMING = 2**20  # bytes torch.save adds to a tensor's (its archive's headers), generously
 POLL_S = 0.25  # how often the judge looks at the sandbox's processes, memory and disk while it waits
 # Bytes a float output must be off by, relative to max|ref|, for two runs of the same inputs with
 # different fills of fresh memory to count as "depends on uninitialised memory" rather than as
@@ -259,6 +262,7 @@ class CandidateProcess:
         self.buffer = b""
         self.polls = 0
         self.records: list[dict] = []  # every record line received, for the seal's reports and the import
+        self.outputs: dict[Path, int] = {}  # output files the judge asked for, and the bytes each may take
         self.assigned = False  # unassigned, it is killed on close: it has nothing to finish
 
     def environment(self) -> dict[str, str]:
@@ -315,11 +319,37 @@ class CandidateProcess:
             self.kill()
             raise Outcome("crashed", f"{self.WHO} used {rss / 2**30:.1f} GiB of host memory (limit "
                           f"{self.memory_cap / 2**30:.0f} GiB) and was killed")
-        used = _disk_usage(self.workdir) + _disk_usage(self.log_path)
+        used = _disk_usage(self.workdir) + _disk_usage(self.log_path) - self._allowed()
         if used > SCRATCH_QUOTA:
             self.kill()
             raise Outcome("rejected", f"{self.WHO} wrote {used / 2**20:.0f} MiB under its scratch directory "
                           f"(quota {SCRATCH_QUOTA / 2**20:.0f} MiB) and was killed")
+
+    def expect(self, path: Path, nbytes: int) -> None:
+        """An output the judge asked the process to save at `path`: up to its size (and torch.save's
+        framing) it is allowed beside the scratch quota until the judge takes it, so the file problems'
+        own sizes are judged; what the candidate itself writes stays under the quota."""
+        self.outputs[Path(path)] = nbytes + OUTPUT_FRAMING
+
+    def _allowed(self) -> int:
+        total = 0
+        for path, allowed in self.outputs.items():
+            try:
+                total += min(os.lstat(path).st_blocks * 512, allowed)
+            except OSError:
+                pass
+        return total
+
+    def release(self, path: Path) -> None:
+        Path(path).unlink(missing_ok=True)
+        self.outputs.pop(Path(path), None)
+
+    def take(self, path: Path) -> torch.Tensor:
+        """An output file the process saved: loaded (a tensor, from a regular file only), then removed."""
+        try:
+            return _load_output(path)
+        finally:
+            self.release(path)
 
     def receive(self) -> dict:
         """The next reply, charging the wait to the candidate's budget."""
@@ -490,23 +520,37 @@ def time_baseline(fn, ref: torch.Tensor, input_sets: list[dict], device: str, re
     return {"kind": "timed", "timing": raw}
 
 
+class ProblemFailed(Outcome):
+    """The file problem cannot be judged as asked: its own code failed (its process raised, died or ran
+    out of time in it), or a size was given below 1. No verdict on the candidate: `line` is the one
+    line (with the file's line) a user reads, the reason keeps the detail."""
+
+    def __init__(self, line: str, reason: str | None = None) -> None:
+        super().__init__("crashed", reason or line)
+        self.line = " ".join(line.split())
+
+
+class ShapeRefused(ProblemFailed):
+    """A value given for a file problem that its facts refuse (a size below 1): the request's mistake."""
+
+
 class RemoteFileProblem:
     """A file problem's run-time half as the judge sees it: what kernels/problems/kernelbench_runtime.py's
-    FileReference offers the judge (inputs, references, output specs, bytes, baselines), served by a
-    ProblemProcess, so the file's code (its module top level, get_inputs, get_init_inputs, Model, the
-    baselines built from it) never runs in the judge. Inputs and references cross as files."""
+    FileReference offers the judge (references of seeds' inputs, output specs, bytes, baselines, the
+    file's facts), served by a ProblemProcess, so the file's code (its module top level, get_inputs,
+    get_init_inputs, Model, the baselines built from it) never runs in the judge. No inputs cross: the
+    problem's process makes each seed's inputs on the device for the reference, and the candidate's
+    process makes its own from the same seed; references come back as files in the problem's folder."""
 
     def __init__(self, spec: ProblemSpec, device: str) -> None:
         self.spec, self.device = spec, device
         self.param_seed = 0
-        self.eager_reference = True  # compute each input set's reference as it is made (not in compile mode)
         self.proc: ProblemProcess | None = None
         self.fences: dict = {}
-        self.current_shape: dict[str, int] | None = None
         self._specs: dict[tuple, tuple] = {}
         self._names: list[str] | None = None
-        self._made: dict[int, tuple] = {}  # id(first input tensor) -> (that tensor, its reference's file)
         self._count = 0
+        self.last_inputs_s = 0.0  # the problem's process's time making the last reference's inputs
 
     def start(self, scratch: Path, memory_cap: int) -> None:
         """Starts the process in the evaluation's scratch folder and waits until the file is loaded."""
@@ -519,7 +563,8 @@ class RemoteFileProblem:
             fenced = self.proc.receive()
         except Outcome as outcome:
             if outcome.status == "timeout":
-                raise
+                raise ProblemFailed(f"problem {self.spec.name}: its process did not start in "
+                                    f"{PROBLEM_BUDGET_S:g} s") from None
             raise EvaluatorError(f"the problem's sandbox failed before loading the file ({outcome.reason}):\n"
                                  f"{self.proc.log_tail()[-2500:]}") from None
         self.fences = dict(fenced.get("fences", {}))
@@ -533,24 +578,42 @@ class RemoteFileProblem:
         return self.proc.log_tail() if self.proc is not None else ""
 
     def _request_reply(self, cmd: dict | None, expect: str) -> dict:
+        """A command's reply. Whatever goes wrong in the problem's process is the problem's failure
+        (ProblemFailed: the file's own code raised, or its process died or ran out of time running it),
+        except an error of the process's own outside the file's code (an I/O error: infrastructure)."""
         try:
-            if cmd is None:
-                reply = self.proc.receive()
-                if reply["kind"] == "error":
-                    raise Outcome("crashed", f"the problem file failed to load:\n{reply.get('error', '')}")
-                return reply
-            return self.proc.request(cmd, expect)
+            if cmd is not None:
+                self.proc.send(cmd)
+            reply = self.proc.reply()
         except Outcome as outcome:
-            # the problem's fault, not the candidate's: said so, and the evaluation ends here
-            raise Outcome("crashed", f"{outcome.reason}\n(the problem file's own code failed; the candidate "
-                          "was not judged past this point)") from None
+            first = outcome.reason.strip().splitlines()[0] if outcome.reason.strip() else outcome.status
+            raise ProblemFailed(f"problem {self.spec.name}: {first}",
+                                f"{outcome.reason}\n(the problem file's own code failed; the candidate was not "
+                                "judged past this point)") from None
+        if reply["kind"] == "problem_error":
+            raise ProblemFailed(str(reply.get("error", "")), f"the problem file raised: {reply.get('error', '')}\n"
+                                f"{reply.get('detail', '')}\n(the problem file's own code failed; the candidate was "
+                                "not judged past this point)")
+        if reply["kind"] == "error":
+            raise EvaluatorError(f"the problem's process failed outside the file's code:\n{reply.get('error', '')}")
+        if reply["kind"] != expect:
+            raise ProblemFailed(f"problem {self.spec.name}: its process answered {reply['kind']!r} where "
+                                f"{expect!r} was expected")
+        return reply
 
-    def output_spec(self, shape: dict[str, int], dtype: torch.dtype) -> tuple[tuple[int, ...], torch.dtype]:
+    def _spec(self, shape: dict[str, int], dtype: torch.dtype) -> tuple:
         key = (tuple(sorted(shape.items())), dtype)
         if key not in self._specs:
             reply = self._request_reply({"op": "spec", "shape": shape, "dtype": _dtype_name(dtype)}, "spec")
-            self._specs[key] = (tuple(int(d) for d in reply["shape"]), getattr(torch, reply["dtype"]))
+            self._specs[key] = (tuple(int(d) for d in reply["shape"]), getattr(torch, reply["dtype"]),
+                                int(reply["input_bytes"]))
         return self._specs[key]
+
+    def output_spec(self, shape: dict[str, int], dtype: torch.dtype) -> tuple[tuple[int, ...], torch.dtype]:
+        return self._spec(shape, dtype)[:2]
+
+    def input_bytes(self, shape: dict[str, int], dtype: torch.dtype) -> int:
+        return self._spec(shape, dtype)[2]
 
     def min_bytes(self, shape: dict[str, int], elem: int) -> float:
         return float(self._request_reply({"op": "min_bytes", "shape": shape, "elem": elem}, "min_bytes")["bytes"])
@@ -564,61 +627,64 @@ class RemoteFileProblem:
         self._count += 1
         return self.proc.workdir / f"{what}_{self._count}.pt"
 
-    def make_inputs(self, shape: dict[str, int], seed: int, device: str, dtype: torch.dtype,
-                    keep_as: Path | None = None) -> dict:
-        """The inputs of this seed, on `device`; `keep_as`: their file is moved there (the candidate's)."""
-        inputs_path, ref_path = self._file("inputs"), (self._file("reference") if self.eager_reference else None)
-        self._request_reply({"op": "make", "shape": shape, "seed": seed, "dtype": _dtype_name(dtype),
-                             "inputs": str(inputs_path), "reference": str(ref_path) if ref_path else None}, "made")
-        self.current_shape = dict(shape)
-        inputs = _load_regular(inputs_path, device)
-        if keep_as is not None:
-            os.replace(inputs_path, keep_as)
-        else:
-            inputs_path.unlink(missing_ok=True)
-        first = _first_tensor(inputs)
-        if first is not None and ref_path is not None:
-            self._made[id(first)] = (first, ref_path)
-        return inputs
-
-    def reference(self, **inputs) -> torch.Tensor:
-        """The reference for inputs this process made (its file, made with them), or for any others
-        (sent over as a file)."""
-        first = _first_tensor(inputs)
-        device = first.device if first is not None else torch.device("cpu")
-        made = self._made.pop(id(first), None) if first is not None else None
-        if made is not None and made[0] is first and made[1].exists():
-            ref_path = made[1]
-        else:
-            inputs_path, ref_path = self._file("reference_inputs"), self._file("reference")
-            torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}, inputs_path)
-            self._request_reply({"op": "reference", "shape": self.current_shape, "inputs": str(inputs_path),
-                                 "output": str(ref_path)}, "referenced")
-            inputs_path.unlink(missing_ok=True)
-        ref = _load_regular(ref_path, device)
-        ref_path.unlink(missing_ok=True)
-        return ref
+    def reference_for(self, shape: dict[str, int], seed: int, dtype: torch.dtype, device,
+                      perturb: tuple[int, int] | None = None) -> torch.Tensor:
+        """The reference output for the inputs of this seed (perturbed first by the judge's clock's factors,
+        when given), on `device`."""
+        path = self._file("reference")
+        reply = self._request_reply({"op": "reference", "shape": shape, "seed": seed, "dtype": _dtype_name(dtype),
+                                     "perturb": list(perturb) if perturb else None, "output": str(path)},
+                                    "referenced")
+        self.last_inputs_s = float(reply.get("inputs_s") or 0.0)
+        try:
+            return _load_regular(path, device)
+        finally:
+            path.unlink(missing_ok=True)
 
     def baseline_names(self) -> list[str]:
         if self._names is None:
             self._names = list(self._request_reply({"op": "baseline_names"}, "baseline_names")["names"])
         return self._names
 
-    def time_baselines(self, shape: dict[str, int], input_sets: list[dict], names: list[str], **how) -> dict:
-        paths = []
-        for inputs in input_sets:
-            paths.append(self._file("baseline_inputs"))
-            torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}, paths[-1])
-        try:
-            reply = self._request_reply({"op": "baselines", "shape": shape, "inputs": [str(p) for p in paths],
-                                         "names": names, **how}, "baselines")
-        finally:
-            for path in paths:
-                path.unlink(missing_ok=True)
-        return reply["results"]
+    def time_baselines(self, shape: dict[str, int], seeds: list[int], dtype: torch.dtype, names: list[str],
+                       **how) -> dict:
+        return self._request_reply({"op": "baselines", "shape": shape, "seeds": seeds, "dtype": _dtype_name(dtype),
+                                    "names": names, **how}, "baselines")["results"]
+
+    def facts(self, small: bool) -> FileFacts:
+        return FileFacts.model_validate(self._request_reply({"op": "facts", "small": small}, "facts")["facts"])
+
+    def runs(self, shapes: list[dict[str, int]], dtype: torch.dtype) -> list[ReferenceCall]:
+        reply = self._request_reply({"op": "runs", "shapes": shapes, "dtype": _dtype_name(dtype)}, "runs")
+        return [ReferenceCall.model_validate(c) for c in reply["calls"]]
 
     def pids(self) -> set[int]:
         return set(isolation.process_tree(self.proc.proc.pid, self.proc.token)) if self.proc is not None else set()
+
+
+def file_shapes(spec: ProblemSpec, facts: FileFacts, device: str, asked: list[dict[str, int]] | None,
+                set_name: str | None) -> tuple[list[dict[str, int]], str]:
+    """A file problem's shapes as judged, and what was chosen by itself (in words, or ""): each is every
+    size (the file's value unless given) and the other constants given a value of their own. `asked`:
+    the shapes given (--shape), each with every overridable constant (spec.shape); None: the set
+    `set_name` (smoke on a CPU: SMOKE_SHAPES, or the small sizes the facts found; bench: the file's own)."""
+    if asked is None and set_name == "smoke" and "smoke" not in spec.shape_sets:
+        if facts.small is None:
+            raise ProblemFailed(facts.small_error or f"problem {spec.name}: no small sizes found for the CPU")
+        shape = full_shape(facts.sizes, facts.small)
+        note = (f"small sizes chosen for the CPU's interpreter ({_fmt(shape) or 'none to shrink'}: "
+                f"{facts.small_elements} elements of inputs and parameters; the file's own: {_fmt(facts.sizes) or 'none'})")
+        return [shape], note
+    if asked is None:
+        asked = spec.shapes(set_name or ("bench" if device == "cuda" else "smoke"))
+    out = []
+    for shape in asked:
+        given = {k: v for k, v in shape.items() if v != spec.defaults.get(k)}
+        problem = check_given(spec.name, facts.sizes, given)
+        if problem:
+            raise ShapeRefused(problem)
+        out.append(full_shape(facts.sizes, given))
+    return out, ""
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -638,8 +704,20 @@ def _load_regular(path: Path, device) -> object:
         return torch.load(f, map_location=device, weights_only=True)
 
 
-def _first_tensor(inputs: dict):
-    return next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)
+def _load_output(path: Path) -> torch.Tensor:
+    """An output the candidate's process saved: a tensor, from a regular file it did not swap for a
+    link or a FIFO; anything else is no usable output."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise Outcome("incorrect", f"the candidate's output {Path(path).name} could not be read ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise Outcome("rejected", f"the candidate's output {Path(path).name} is not a regular file")
+        out = torch.load(f, weights_only=True)
+    if type(out) is not torch.Tensor:
+        raise Outcome("incorrect", f"the candidate's output {Path(path).name} holds no tensor")
+    return out
 
 
 RECORD_KINDS = ("rec", "seal")
@@ -771,6 +849,10 @@ CHECKED_OTHER_CALLS = 2  # and of the other phases' calls, plus the last timed c
 CLOCKED_CALLS = 64
 CLOCKED_BATCHES = 2
 CLOCK_INPUT_BYTES = 2**30
+# Outputs of timed calls the candidate's process keeps for the re-check, on a GPU: this share of its
+# memory at most (the file problems' own sizes: 23_Softmax's output is 6 GiB, forty of them no GPU holds)
+KEEP_FRACTION = 0.3
+SAVE_BATCH_BYTES = 2**31  # outputs saved as files at once for the judge (at least one), each read and removed before the next
 CLOCKED_INDEX = 1_000_000
 
 
@@ -804,13 +886,15 @@ class Judge:
         # fresh seeds every evaluation, so no candidate can know its inputs; seed % 3 keeps the cases
         self.seed_base = 3 * secrets.randbelow(2**20)
         self.rng = random.Random(secrets.randbits(64))
-        if self.spec.source is not None:  # a file problem's parameters: drawn fresh too, the same in the sandbox
+        self.remote = isinstance(self.reference, RemoteFileProblem)
+        self.file_facts: FileFacts | None = None  # a file problem's, once its process has told them
+        if self.remote:  # a file problem's parameters: drawn fresh too, the same in the sandbox
             self.reference.param_seed = self.seed_base
-            self.reference.eager_reference = req.mode != "compile"
         self.current_shape: dict[str, int] = {}
         self.calls_made = 0  # the index of the last call command (its record is keyed by it)
-        # (shape index, seed index) -> (inputs, their file for the sandbox, reference output or None)
-        self.prepared: dict[tuple[int, int], tuple[dict, Path, torch.Tensor | None]] = {}
+        # (shape index, seed index) -> (the inputs, for a shipped problem's baselines (None for a file
+        # problem's: its process makes its own), the seed, the reference output or None)
+        self.prepared: dict[tuple[int, int], tuple[dict | None, int, torch.Tensor | None]] = {}
         self.verdict = Verdict(
             status="ok", reason="", problem=self.spec.name, kernel=req.kernel, mode=req.mode,
             device=self.device, gpu=self.gpu, dtype=dtype_name,
@@ -828,11 +912,28 @@ class Judge:
             raise EvaluatorError(f"unknown device {wanted!r}; use auto, cpu or cuda")
         return wanted
 
+    def _set_name(self) -> str:
+        return self.req.shape_set or ("bench" if self.device == "cuda" else "smoke")
+
     def shapes(self) -> list[dict[str, int]]:
+        """The shapes asked for. A file problem's are settled once its process has told its facts
+        (file_shapes: its sizes, and small ones it chose for a CPU); here they are only checked."""
         if self.req.shapes:
             return [self.spec.shape(s) for s in self.req.shapes]
-        name = self.req.shape_set or ("bench" if self.device == "cuda" else "smoke")
-        return self.spec.shapes(name)
+        if self.remote and self._set_name() == "smoke" and "smoke" not in self.spec.shape_sets:
+            return []  # chosen by the problem's process (file_shapes)
+        return self.spec.shapes(self._set_name())
+
+    def _file_shapes(self, asked: list[dict[str, int]]) -> list[dict[str, int]]:
+        """A file problem's shapes from its facts (asked in its fenced process)."""
+        with self._phase("problem_facts"):
+            smoke = not self.req.shapes and self._set_name() == "smoke" and "smoke" not in self.spec.shape_sets
+            facts = self.reference.facts(small=smoke)
+            shapes, note = file_shapes(self.spec, facts, self.device, self.req.shapes and asked or None,
+                                       self._set_name())
+        self.verdict.shapes_note = note
+        self.file_facts = facts
+        return shapes
 
     def probe_shapes(self, asked: list[dict[str, int]]) -> list[dict[str, int]]:
         """Random valid shapes the candidate cannot know in advance: odd lengths, head and batch
@@ -848,6 +949,8 @@ class Judge:
                               for d, (lo, hi) in ranges.items()})
                 try:
                     shape = self.spec.shape(shape)
+                    if self.remote:  # sizes and the constants given a value of their own, as asked ones
+                        shape = file_shapes(self.spec, self.file_facts, self.device, [shape], None)[0][0]
                 except ValueError:
                     continue
                 if shape not in asked and shape not in out:
@@ -872,7 +975,6 @@ class Judge:
                 if violations:
                     raise Outcome("rejected", "the source breaks the candidate policy:\n" + "\n".join(map(str, violations)))
             shapes = self.shapes()
-            probes = self.probe_shapes(shapes)
             with self._phase("fence_self_test"):
                 self_test = fence_self_test(self.device)
             if prestarted is not None and (prestarted.device != self.device
@@ -888,19 +990,23 @@ class Judge:
                     candidate = prestarted
                     self.verdict.sandbox["prestarted"] = True
                 stack.callback(self._close_candidate, candidate)
-                if isinstance(self.reference, RemoteFileProblem):
+                if self.remote:
                     stack.callback(self._close_problem)
                     with self._phase("problem_start"):
                         self.reference.start(candidate.scratch, self._memory_cap())
                     self.verdict.sandbox.update({f"problem_{k}": v for k, v in self.reference.fences.items()})
+                    shapes = self._file_shapes(shapes)
+                probes = self.probe_shapes(shapes)
                 candidate.assign(self.req.source, self.spec.entry_point, self.req.timeout_s,
                                  fsize=self._file_limit(shapes + probes), memory_cap=self._memory_cap(),
                                  problem=self._problem_args(candidate.inputs_dir))
                 if self_test:
                     self.verdict.sandbox["self_test"] = self_test
-                self._judge(candidate, candidate.inputs_dir, shapes, probes)
+                self._judge(candidate, shapes, probes)
         except Outcome as outcome:
             self.verdict.status, self.verdict.reason = outcome.status, outcome.reason
+            if isinstance(outcome, ProblemFailed):
+                self.verdict.problem_error = outcome.line
         finally:
             self.prepared.clear()
         self._note_missing_fences()
@@ -928,9 +1034,9 @@ class Judge:
                 f"{what} (x{n})" for what, n in reports.most_common(20)))
 
     def _close_problem(self) -> None:
-        if self.verdict.status != "ok":  # the problem file's own output, where it failed
+        if self.verdict.problem_error:  # the problem file's own output, where it failed
             tail = self.reference.log_tail().strip()
-            if tail and "the problem file" in self.verdict.reason:
+            if tail:
                 self.verdict.log_tail = (self.verdict.log_tail + "\n--- the problem file's process ---\n" + tail)[-LOG_TAIL_CHARS:]
         self.reference.close()
 
@@ -950,8 +1056,7 @@ class Judge:
         return max(64 * 2**20, 2 * largest + 16 * 2**20)
 
     def _memory_cap(self) -> int:
-        default = 12 * 2**30 if self.device == "cpu" else 48 * 2**30
-        return int(os.environ.get("MARATHON_SANDBOX_MEMORY", str(default)))
+        return memory_cap(self.device)
 
     @contextlib.contextmanager
     def _phase(self, name: str):
@@ -966,31 +1071,43 @@ class Judge:
     def _seeds(self) -> int:
         return 1 if self.req.mode == "compile" else max(self.req.seeds, 1)
 
-    def _prepare(self, index: int, shape, s: int, scratch: Path) -> tuple[dict, Path, torch.Tensor | None]:
-        """The inputs of a shape's s-th correctness seed, their file in the judge's scratch folder, and
-        their reference output (none in compile mode, which checks nothing); made once, the first time
-        they are needed."""
+    def _prepare(self, index: int, shape, s: int) -> tuple[dict | None, int, torch.Tensor | None]:
+        """A shape's s-th correctness seed: its inputs (a shipped problem's, made here; a file problem's
+        are made in its own process and in the candidate's, from the seed, on the device), the seed and
+        the reference output (none in compile mode, which checks nothing); made once, when first needed."""
         if (index, s) not in self.prepared:
-            with self._phase("inputs"):
-                path = scratch / f"inputs_{index}_{s}.pt"
-                if isinstance(self.reference, RemoteFileProblem):  # its file becomes the candidate's
-                    inputs = self.reference.make_inputs(shape, self.seed_base + s, self.device, self.dtype, keep_as=path)
-                else:
-                    inputs = self.reference.make_inputs(shape, self.seed_base + s, self.device, self.dtype)
-                    torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}, path)
-            ref = None
-            if self.req.mode != "compile":
-                with self._phase("reference"):
-                    ref = self.reference.reference(**inputs)
-            self.prepared[(index, s)] = (inputs, path, ref)
+            seed = self.seed_base + s
+            inputs, ref = None, None
+            if self.remote:
+                if self.req.mode != "compile":
+                    with self._phase("reference"):
+                        ref = self.reference.reference_for(shape, seed, self.dtype, self.device)
+                    self._move_phase("reference", "inputs", self.reference.last_inputs_s)
+            else:
+                with self._phase("inputs"):
+                    inputs = self.reference.make_inputs(shape, seed, self.device, self.dtype)
+                if self.req.mode != "compile":
+                    with self._phase("reference"):
+                        ref = self.reference.reference(**inputs)
+            self.prepared[(index, s)] = (inputs, seed, ref)
         return self.prepared[(index, s)]
 
-    def _judge(self, candidate: CandidateProcess, scratch: Path, shapes, probes) -> None:
-        # the first shape's inputs and references are made while the candidate's process starts
-        # (sandbox_start is what is left to wait): it sees none of them, its inputs reach it as files
-        # one call at a time, and the reference never enters it
+    def _move_phase(self, source: str, target: str, seconds: float) -> None:
+        """Seconds a phase held that belong to another (the problem's process made the inputs, then the reference)."""
+        phases = self.verdict.phases_s
+        seconds = min(seconds, phases.get(source, 0.0))
+        phases[source] = round(phases.get(source, 0.0) - seconds, 3)
+        phases[target] = round(phases.get(target, 0.0) + seconds, 3)
+
+    def _output_bytes(self, out_shape, out_dtype) -> int:
+        return math.prod(out_shape) * out_dtype.itemsize
+
+    def _judge(self, candidate: CandidateProcess, shapes, probes) -> None:
+        # the first shape's references are made while the candidate's process starts (sandbox_start is
+        # what is left to wait): it sees none of them; it makes each call's inputs itself from the seed
+        # the call names, and the reference never enters it
         for s in range(self._seeds()):
-            self._prepare(0, shapes[0], s, scratch)
+            self._prepare(0, shapes[0], s)
         with self._phase("sandbox_start"):
             ready = self._ready(candidate)
         if ready["banned_modules"]:
@@ -1003,37 +1120,36 @@ class Judge:
             if probe:
                 result.note = "probe shape, drawn at random for this evaluation: correctness only"
             out_shape, out_dtype = self.reference.output_spec(shape, self.dtype)
+            out_bytes = self._output_bytes(out_shape, out_dtype)
             input_sets = []
             for s in range(self._seeds()):
-                seed = self.seed_base + s
-                inputs, path, ref = self._prepare(index, shape, s, scratch)
+                inputs, seed, ref = self._prepare(index, shape, s)
                 out_path = candidate.workdir / f"out_{index}_{s}.pt"
                 with self._phase("candidate_calls"):
-                    self._call(candidate, path, out_path, out_shape, out_dtype, fill=FILL_A)
+                    self._call(candidate, seed, out_path, out_shape, out_dtype, fill=FILL_A)
                 if self.req.mode == "compile":
+                    candidate.release(out_path)
                     result.note = "compiled and ran once; not checked"
                     return
-                out = torch.load(out_path, weights_only=True)
+                out = candidate.take(out_path)
                 del self.prepared[(index, s)]
                 self._check(result, shape, f"seed {seed}", out, ref)
                 result.seeds = s + 1
                 if not noop_checked:
                     with self._phase("candidate_calls"):
-                        self._noop_check(candidate, path, candidate.workdir / f"noop_{index}.pt", out, out_shape, out_dtype)
+                        self._noop_check(candidate, seed, candidate.workdir / f"noop_{index}.pt", out, out_shape, out_dtype)
                     noop_checked = True
                 if s == 0:  # the same inputs again, fresh memory filled differently: same output?
                     again_path = candidate.workdir / f"again_{index}.pt"
                     with self._phase("candidate_calls"):
-                        self._call(candidate, path, again_path, out_shape, out_dtype, fill=FILL_B)
-                    self._reproducible(shape, out, torch.load(again_path, weights_only=True), ref)
+                        self._call(candidate, seed, again_path, out_shape, out_dtype, fill=FILL_B)
+                    self._reproducible(shape, out, candidate.take(again_path), ref)
                 if not probe:
-                    input_sets.append(inputs)
-                for f in (out_path, candidate.workdir / f"again_{index}.pt"):
-                    f.unlink(missing_ok=True)
-                del out, ref
+                    input_sets.append(seed if self.remote else inputs)
+                del out, ref, inputs
             result.correct = True
             if self.req.mode == "full" and not probe:
-                self._time(candidate, result, shape, input_sets)
+                self._time(candidate, result, shape, input_sets, out_bytes)
             candidate.request({"op": "forget"}, "forgot")
             del input_sets
             if self.device == "cuda":
@@ -1085,13 +1201,17 @@ class Judge:
             raise Outcome("crashed", f"unexpected reply {reply['kind']!r} on the result channel")
         return reply
 
-    def _call(self, candidate, path, out_path, out_shape, out_dtype, noop: bool = False, fill: int = FILL_A) -> dict:
+    def _call(self, candidate, seed: int, out_path, out_shape, out_dtype, noop: bool = False, fill: int = FILL_A) -> dict:
+        """One call of the candidate on the inputs of `seed`, which its process makes itself (on the
+        device, as the reference's were made): no input file passes through its scratch folder. Its
+        output comes back as a file there, allowed beside the scratch quota (CandidateProcess.expect)."""
         self.calls_made += 1
         index = self.calls_made
-        facts = candidate.request({"op": "call", "inputs": str(path), "output": str(out_path), "shape": list(out_shape),
-                                 "dtype": str(out_dtype).removeprefix("torch."), "noop": noop, "fill": fill,
-                                 "problem_shape": self.current_shape, "index": index,
-                                 "input_dtype": str(self.dtype).removeprefix("torch.")}, "called")
+        candidate.expect(out_path, self._output_bytes(out_shape, out_dtype))
+        facts = candidate.request({"op": "call", "problem": self.spec.name, "seed": seed, "output": str(out_path),
+                                   "shape": list(out_shape), "dtype": str(out_dtype).removeprefix("torch."),
+                                   "noop": noop, "fill": fill, "problem_shape": self.current_shape, "index": index,
+                                   "input_dtype": str(self.dtype).removeprefix("torch.")}, "called")
         banned = [m for m in facts.get("new_modules", []) if module_violation(m)]
         if banned:
             raise Outcome("rejected", f"calling the candidate loaded {', '.join(banned)}")
@@ -1166,19 +1286,22 @@ class Judge:
             if note not in self.verdict.flags:
                 self.verdict.flags.append(note)
 
-    def _noop_check(self, candidate, path, out_path, real_out, out_shape, out_dtype) -> None:
+    def _noop_check(self, candidate, seed: int, out_path, real_out, out_shape, out_dtype) -> None:
         """With the candidate's kernels turned into no-ops the output must change: otherwise
         something other than its kernels produced the answer."""
-        facts = self._call(candidate, path, out_path, out_shape, out_dtype, noop=True)
+        facts = self._call(candidate, seed, out_path, out_shape, out_dtype, noop=True)
         if facts["output_problem"] is not None:
+            candidate.release(out_path)
             return  # it could not even build an output without its kernels: fine
-        hollow = torch.load(out_path, weights_only=True)
+        hollow = candidate.take(out_path)
         if torch.equal(hollow.float().nan_to_num(0.0), real_out.float().nan_to_num(0.0)):
             raise Outcome("rejected", "the output did not change with the candidate's Triton kernels disabled: "
                           "the answer does not come from its kernels")
 
-    def _time(self, candidate, result: ShapeResult, shape, input_sets) -> None:
-        """Timed calls on fresh inputs in refilled buffers; then outputs of timed calls re-checked."""
+    def _time(self, candidate, result: ShapeResult, shape, input_sets, out_bytes: int) -> None:
+        """Timed calls on fresh inputs in refilled buffers; then outputs of timed calls re-checked.
+        `input_sets`: a shipped problem's correctness inputs, or a file problem's seeds (its baselines'
+        inputs are made in its process)."""
         slots = 2
         seed0 = 3 * secrets.randbelow(2**20) + 2**22  # never a correctness seed
         cuda = self.device == "cuda"
@@ -1189,7 +1312,8 @@ class Judge:
             reply = candidate.request({"op": "time", "problem": self.spec.name, "shape": shape,
                                      "dtype": str(self.dtype).removeprefix("torch."), "seed_base": seed0,
                                      "slots": slots, "reps": self.reps, "warmup": self.warmup,
-                                     "sync_reps": 5 if cuda else 0, "graph": cuda}, "timed")
+                                     "sync_reps": 5 if cuda else 0, "graph": cuda,
+                                     "keep_bytes": self._keep_bytes()}, "timed")
         facts = reply["facts"]
         banned = [m for m in facts.get("new_modules", []) if module_violation(m)]
         if banned:
@@ -1210,13 +1334,17 @@ class Judge:
         if idle:
             raise Outcome("rejected", f"{len(idle)} timed call(s) launched none of the candidate's "
                           "kernels: outputs replayed or cached instead of computed")
+        kept = reply.get("kept")
+        if not isinstance(kept, list) or not all(isinstance(i, int) for i in kept):
+            raise Outcome("rejected", "the timing run's reply does not say which outputs it kept")
         with self._phase("recheck_timed_calls"):
-            self._recheck(candidate, shape, phases, seed0 + slots)
+            self._recheck(candidate, shape, phases, seed0 + slots, set(kept), out_bytes)
         result.timing = _timing(reply)
         result.latency_us = result.timing.median_us
+        input_bytes = (self.reference.input_bytes(shape, self.dtype) if self.remote else
+                       sum(v.numel() * v.element_size() for v in input_sets[0].values() if isinstance(v, torch.Tensor)))
         with self._phase("judge_clock"):
-            self._clock(candidate, result, shape, sum(v.numel() * v.element_size() for v in input_sets[0].values()
-                                                      if isinstance(v, torch.Tensor)))
+            self._clock(candidate, result, shape, input_bytes, out_bytes)
         if cuda and reply.get("sync_wall_us"):
             self._wall_check(result, shape, statistics.median(reply["sync_wall_us"]))
         if self.req.baselines:
@@ -1237,28 +1365,59 @@ class Judge:
         if note and note not in self.verdict.gpu_shared:
             self.verdict.gpu_shared = "; ".join(filter(None, [self.verdict.gpu_shared, note]))
 
-    def _recheck(self, candidate, shape, phases: dict, seed_offset: int) -> None:
-        """Outputs of timed calls, picked after the timing, against the reference on their inputs."""
-        every = [i for name in ("warmup", "timed", "sync", "graph") for i in phases.get(name, [])]
+    def _keep_bytes(self) -> int | None:
+        """How much of the timed calls' outputs the candidate's process may keep for the re-check: on a
+        GPU a share of its memory (past it the process keeps a uniform random sample of the calls,
+        drawn call by call after each returns); on the CPU all of them."""
+        if os.environ.get("MARATHON_KEEP_OUTPUT_BYTES"):  # a smaller share, anywhere (tests of the sampling)
+            return int(os.environ["MARATHON_KEEP_OUTPUT_BYTES"])
+        if self.device != "cuda":
+            return None
+        return int(KEEP_FRACTION * torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+
+    def _saved(self, candidate, indices: list[int], out_bytes: int, clear: bool):
+        """The outputs of these calls, saved by the candidate's process a batch of at most SAVE_BATCH_BYTES
+        at a time (at least one), each loaded and its file removed before the next batch: the outputs'
+        files in its scratch folder stay bounded. Yields (index, output or None, the save's reply)."""
+        per = max(1, SAVE_BATCH_BYTES // max(out_bytes, 1))
+        batches = [indices[k:k + per] for k in range(0, len(indices), per)] or [[]]
+        for n, batch in enumerate(batches):
+            for i in batch:
+                candidate.expect(candidate.workdir / f"timed_{i}.pt", out_bytes)
+            saved = candidate.request({"op": "save_timed", "indices": batch, "dir": str(candidate.workdir),
+                                       "clear": clear and n == len(batches) - 1}, "saved")
+            for i in batch:
+                path = saved["files"].get(str(i))
+                if path is None or Path(path) != candidate.workdir / f"timed_{i}.pt":
+                    candidate.release(candidate.workdir / f"timed_{i}.pt")
+                    yield i, None, saved
+                else:
+                    yield i, candidate.take(Path(path)), saved
+
+    def _recheck(self, candidate, shape, phases: dict, seed_offset: int, kept: set[int], out_bytes: int) -> None:
+        """Outputs of timed calls, picked after the timing (from those the candidate's process kept: all
+        of them, or past its memory share a uniform sample drawn call by call), against the reference
+        on their inputs."""
+        every = [i for name in ("warmup", "timed", "sync", "graph") for i in phases.get(name, []) if i in kept]
         if self.device == "cuda":
             # most from the calls whose median is reported: skipping work on enough of them to move the
             # median (over half) escapes 5 picks from 30 calls about one time in 300
-            timed = phases["timed"]
+            timed = [i for i in phases["timed"] if i in kept]
             picked = set(self.rng.sample(timed, min(CHECKED_TIMED_CALLS, len(timed))))
             rest = [i for i in every if i not in picked]
             picked.update(self.rng.sample(rest, min(CHECKED_OTHER_CALLS, len(rest))))
-            picked.update(timed[-1:] + phases.get("graph", [])[-1:])
+            picked.update(i for i in phases["timed"][-1:] + phases.get("graph", [])[-1:] if i in kept)
         else:
             picked = set(every)
+        if not picked:
+            raise Outcome("rejected", "the timing run kept none of the timed calls' outputs for the re-check")
         where = {i: name for name in phases for i in phases[name]}
-        saved = candidate.request({"op": "save_timed", "indices": sorted(picked), "dir": str(candidate.workdir)}, "saved")
         order = sorted(picked)
-        for i, ref in zip(order, self._references(shape, [seed_offset + i for i in order])):
-            path = saved["files"].get(str(i))
-            if path is None:
+        refs = self._references(shape, [seed_offset + i for i in order])
+        for i, out, _ in self._saved(candidate, order, out_bytes, clear=True):
+            ref = next(refs)
+            if out is None:
                 raise Outcome("incorrect", f"timed call {i} ({where.get(i)}) returned no usable output")
-            out = torch.load(path, weights_only=True)
-            Path(path).unlink(missing_ok=True)
             rel, max_abs, finite = compare(out, ref)
             bound = self.tolerance.abs_frac * ref.abs().max().item()
             if not finite or rel > self.tolerance.rel or max_abs > bound:
@@ -1269,10 +1428,15 @@ class Judge:
             del out, ref
 
     def _references(self, shape, seeds: list[int]):
-        """The reference outputs for the inputs of these seeds, in order. Where the problem has a batch
-        dimension, inputs are stacked along it and run through the reference together, up to ~1 GB of
-        inputs at a time: the reference of a KDA call is thousands of small launches, so one run for six
-        calls instead of six saves seconds per evaluation."""
+        """The reference outputs for the inputs of these seeds, in order. A file problem's come from its
+        process, which makes each seed's inputs itself. Where a shipped problem has a batch dimension,
+        inputs are stacked along it and run through the reference together, up to ~1 GB of inputs at a
+        time: the reference of a KDA call is thousands of small launches, so one run for six calls
+        instead of six saves seconds per evaluation."""
+        if self.remote:
+            for seed in seeds:
+                yield self.reference.reference_for(shape, seed, self.dtype, self.device)
+            return
         stack: list[dict] = []
         size = 0
         for k, seed in enumerate(seeds):
@@ -1291,7 +1455,7 @@ class Judge:
                     yield from self.reference.reference(**stacked).split(shape[self.spec.batch_dim])
                 stack, size = [], 0
 
-    def _clock(self, candidate, result: ShapeResult, shape, input_bytes: int) -> None:
+    def _clock(self, candidate, result: ShapeResult, shape, input_bytes: int, out_bytes: int) -> None:
         """Calls timed by the judge's own clock, across the process boundary. A batch is armed outside
         the clock: fresh inputs for each call and, on a GPU, the calls captured in a CUDA graph, then the
         inputs refilled with other values. The fire command brings factors that perturb one input of each
@@ -1333,46 +1497,37 @@ class Judge:
             if not all(calls[i].own for i in indices):
                 raise Outcome("rejected", f"a call{where} launched none of the candidate's kernels")
             kept = [index + k for k in range(n)]
-            saved = candidate.request({"op": "save_timed", "indices": kept, "dir": str(candidate.workdir)}, "saved")
-            self._facts(saved, where)
-            outs = []
-            for k, seed in enumerate(seeds):
-                path = saved["files"].get(str(kept[k]))
-                if path is None:
+            weights = timing.digest_weights(timing.DIGEST_ELEMENTS, a, b, "cpu")
+            digest = timing.BatchDigest(n * math.prod(self.reference.output_spec(shape, self.dtype)[0]), da, db,
+                                        weights, "cpu")
+            for k, (i, out, saved) in enumerate(self._saved(candidate, kept, out_bytes, clear=True)):
+                self._facts(saved, where)
+                if out is None:
                     raise Outcome("incorrect", "a call timed by the judge returned no usable output")
-                out = torch.load(path, weights_only=True)
-                Path(path).unlink(missing_ok=True)
-                inputs = self._unreferenced_inputs(shape, seed)
-                timing.perturb_inputs(inputs, pa, pb + k)
-                ref = self.reference.reference(**inputs)
+                ref = self._perturbed_reference(shape, seeds[k], pa, pb + k)
                 rel, max_abs, finite = compare(out, ref)
                 if not finite or rel > self.tolerance.rel or max_abs > self.tolerance.abs_frac * ref.abs().max().item():
                     why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
                     raise Outcome("incorrect", f"the output of a call timed by the judge at {_fmt(shape)} is wrong ({why}): "
                                   "its inputs took fresh values when the clock started")
-                outs.append(out)
-                del inputs, ref
-            weights = timing.digest_weights(timing.DIGEST_ELEMENTS, a, b, "cpu")
-            digest = timing.batch_digest(outs, da, db, weights)
+                digest.add(out)
+                del out, ref
+            digest = digest.value()
             claimed = reply["digest"]
             if not isinstance(claimed, (int, float)) or abs(claimed - digest) > 1e-6 * (abs(digest) + 1.0):
                 raise Outcome("rejected", f"the outputs saved after the calls timed by the judge at {_fmt(shape)} are not "
                               "the ones their reply described when the clock stopped: the answers were computed afterwards")
-            del outs
         result.timing.judge_clock_us = round(min(per_call), 3)
         self._clock_check(result, shape, min(per_call), n, min(pings), graphed)
 
-    def _unreferenced_inputs(self, shape, seed: int) -> dict:
-        """A seed's inputs, to be changed before their reference is asked for: a file problem's process
-        must not make (and the judge not reuse) the reference of the inputs as they were made."""
-        eager = getattr(self.reference, "eager_reference", None)
-        if eager is None:
-            return self.reference.make_inputs(shape, seed, self.device, self.dtype)
-        self.reference.eager_reference = False
-        try:
-            return self.reference.make_inputs(shape, seed, self.device, self.dtype)
-        finally:
-            self.reference.eager_reference = eager
+    def _perturbed_reference(self, shape, seed: int, a: int, b: int) -> torch.Tensor:
+        """The reference for a seed's inputs perturbed by the fire's factors (a file problem's made and
+        perturbed in its process, which never makes the reference of the inputs as they were made)."""
+        if self.remote:
+            return self.reference.reference_for(shape, seed, self.dtype, self.device, perturb=(a, b))
+        inputs = self.reference.make_inputs(shape, seed, self.device, self.dtype)
+        timing.perturb_inputs(inputs, a, b)
+        return self.reference.reference(**inputs)
 
     def _clock_check(self, result: ShapeResult, shape, judge_us: float, n: int, ping_us: float, graphed: bool) -> None:
         """The reported per-call time against the judge's own: a batch's round trip over its calls is at
@@ -1441,7 +1596,7 @@ class Judge:
                 if k.shape == shape and k.gpu == gpu and k.reps == self.reps}
 
     def _baselines(self, result: ShapeResult, input_sets) -> None:
-        remote = isinstance(self.reference, RemoteFileProblem)
+        remote = self.remote
         offered = self.reference.baseline_names() if remote else self.spec.baselines_module().baselines(self.device)
         known = self._known_baselines(result.shape)
         unknown = sorted(set(self.req.only_baselines) - set(offered))
@@ -1462,7 +1617,7 @@ class Judge:
         how = {"reps": self.reps, "warmup": self.warmup, "sync_reps": 5 if self.device == "cuda" else 0,
                "limit_rel": BASELINE_TOLERANCE_FACTOR * self.tolerance.rel}
         if remote:  # timed where the file's code runs, in its fenced process
-            outcomes = self.reference.time_baselines(result.shape, input_sets, wanted, **how)
+            outcomes = self.reference.time_baselines(result.shape, input_sets, self.dtype, wanted, **how)
         else:
             ref = self.reference.reference(**input_sets[0])
             outcomes = {name: time_baseline(offered[name], ref, input_sets, self.device, **how) for name in wanted}
@@ -1513,6 +1668,58 @@ def _fmt(shape: dict[str, int]) -> str:
 
 
 AWAIT_REQUEST = "--await-request"  # started ahead of need: the request's paths come later, on stdin
+CHECK_PROBLEM = "--check-problem"  # a file problem checked (marathon problem), not a candidate judged
+
+
+def memory_cap(device: str) -> int:
+    """Host memory a sandbox's process tree may use (the candidate's, a file problem's)."""
+    default = 12 * 2**30 if device == "cpu" else 48 * 2**30
+    return int(os.environ.get("MARATHON_SANDBOX_MEMORY", str(default)))
+
+
+def check_problem(req: ProblemCheck) -> ProblemReport:
+    """A file problem as `marathon problem` shows it, found in its fenced process: its sizes and other
+    constants, its shape sets (smoke: SMOKE_SHAPES or the small sizes it chose for a CPU; bench: its
+    own sizes), the reference run once per shape the device would judge (or the shapes given), and its
+    statement. The problem's own failure is the report's `error` (one line with the file's line)."""
+    spec = get_problem(req.problem, req.problem_source)
+    if spec.source is None:
+        raise ShapeError(f"{req.problem} is a built-in problem; marathon problem checks a KernelBench-format file")
+    device = Judge._device(req.device)
+    dtype_name = req.dtype or spec.dtypes[device]
+    if dtype_name not in spec.tolerances:
+        raise ShapeError(f"--dtype {dtype_name}: {spec.name} knows {', '.join(spec.tolerances)}")
+    given = [spec.shape(s) for s in req.shapes]
+    fence_self_test(device)
+    report = ProblemReport(name=spec.name, device=device, dtype=dtype_name, statement=spec.statement)
+    with tempfile.TemporaryDirectory(prefix=confinement.scratch_prefix("marathon-problem")) as tmp:
+        remote = RemoteFileProblem(spec, device)
+        try:
+            remote.start(Path(tmp), memory_cap(device))
+            facts = remote.facts(small=spec.chooses_smoke("smoke"))
+            report.dimensions, report.constants = facts.sizes, facts.constants
+            report.statement = statement(spec.name, spec.source, facts)
+            bench = file_shapes(spec, facts, device, None, "bench")[0]
+            try:
+                smoke, report.chosen = file_shapes(spec, facts, device, None, "smoke")
+            except ProblemFailed as exc:
+                if device == "cpu" and not given and req.need_smoke:
+                    raise
+                smoke, report.chosen = [], exc.line
+            report.shapes = {"smoke": smoke, "bench": bench}
+            used = file_shapes(spec, facts, device, given, None)[0] if given else (bench if device == "cuda" else smoke)
+            if req.run_reference:
+                report.reference = remote.runs(used, getattr(torch, dtype_name))
+            failed = next((c for c in report.reference if c.status != "ok"), None)
+            if failed is not None:
+                report.error, report.line = failed.error, failed.line
+        except ShapeRefused as exc:
+            report.bad_request = exc.line
+        except ProblemFailed as exc:
+            report.error = exc.line
+        finally:
+            remote.close()
+    return report
 
 
 def likely_device() -> str:
@@ -1557,6 +1764,8 @@ def main(argv: list[str]) -> int:
     confinement.make_non_dumpable()
     if isolation.capability_sets().get("CapEff", 0) and _env_flag(FENCE_SWITCHES["capabilities"]):
         isolation.drop_capabilities(keep=JUDGE_CAPABILITIES, no_new_privs=False)
+    if argv[:1] == [CHECK_PROBLEM]:
+        return _check_problem_main(argv[1:])
     prestarted, scratch = None, None
     try:
         if argv[:1] == [AWAIT_REQUEST]:
@@ -1578,6 +1787,21 @@ def main(argv: list[str]) -> int:
             shutil.rmtree(scratch, ignore_errors=True)
     tmp = Path(argv[1]).with_suffix(".tmp")
     tmp.write_text(verdict.model_dump_json())
+    shutil.move(tmp, argv[1])
+    return 0
+
+
+def _check_problem_main(argv: list[str]) -> int:
+    req = ProblemCheck.model_validate_json(Path(argv[0]).read_text())
+    try:
+        report = check_problem(req)
+    except ShapeError as exc:  # the request's own mistake: one line for the caller
+        report = ProblemReport(name=req.problem, device=req.device, dtype=req.dtype or "", bad_request=str(exc))
+    except EvaluatorError as exc:
+        print(f"marathon-judge: {exc}", file=sys.stderr)
+        return 3
+    tmp = Path(argv[1]).with_suffix(".tmp")
+    tmp.write_text(report.model_dump_json())
     shutil.move(tmp, argv[1])
     return 0
 

@@ -281,10 +281,34 @@ def batch_digest(outs: list[torch.Tensor], a: int, b: int, weights: torch.Tensor
     so the outputs had to be there when the judge's clock stopped (values computed later, lazily or in
     the untimed checking, cannot have matched it). The positions are drawn when the clock starts, so
     every element must be ready; a few kernels whatever the outputs' size."""
-    flat = torch.cat([o.detach().reshape(-1) for o in outs])
-    m = min(weights.numel(), flat.numel())  # small outputs: as many positions as elements
-    pos = (torch.arange(m, dtype=torch.int64, device=flat.device) * (a % DIGEST_MODULUS) + b) % flat.numel()
-    return float((flat[pos].double() * weights[:m].to(flat.device)).sum().item())
+    digest = BatchDigest(sum(o.numel() for o in outs), a, b, weights, outs[0].device if outs else "cpu")
+    for out in outs:
+        digest.add(out)
+    return digest.value()
+
+
+class BatchDigest:
+    """batch_digest taken one output at a time (the judge loads a batch's outputs one by one: a large
+    output is never held twice, nor the batch laid end to end)."""
+
+    def __init__(self, total: int, a: int, b: int, weights: torch.Tensor, device) -> None:
+        m = min(weights.numel(), total)  # small outputs: as many positions as elements
+        self.pos = (torch.arange(m, dtype=torch.int64, device=device) * (a % DIGEST_MODULUS) + b) % max(total, 1)
+        self.vals = torch.zeros(m, dtype=torch.float64, device=device)
+        self.weights = weights[:m]
+        self.offset = 0
+
+    def add(self, out: torch.Tensor) -> None:
+        n = out.numel()
+        inside = (self.pos >= self.offset) & (self.pos < self.offset + n)
+        if bool(inside.any()):
+            flat = out.detach().reshape(-1)
+            idx = (self.pos[inside] - self.offset).to(flat.device)
+            self.vals[inside] = flat[idx].double().to(self.vals.device)
+        self.offset += n
+
+    def value(self) -> float:
+        return float((self.vals * self.weights.to(self.vals.device)).sum().item())
 
 
 def time_fn(fn: Callable, input_sets: list[dict], device: str, reps: int, warmup: int, **hooks) -> dict:

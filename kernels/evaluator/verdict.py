@@ -110,6 +110,11 @@ class Verdict(BaseModel):
     # and whether it timed beside them; empty when the GPU was the judge's alone (and on the CPU)
     gpu_shared: str = ""
     metric: MetricResult | None = None  # a task's figure (its shapes are empty)
+    # a file problem that cannot be judged as asked (its own code failed, or a size was given below 1):
+    # one line with the file's line; the verdict is then no verdict on the candidate
+    problem_error: str | None = None
+    # what the judge chose by itself for a file problem (small sizes for a CPU), in words
+    shapes_note: str = ""
 
     @property
     def ok(self) -> bool:

@@ -22,6 +22,8 @@ import math
 import operator
 from dataclasses import dataclass
 
+from pydantic import BaseModel, Field
+
 from kernels.problems.spec import ProblemFileError, ProblemSpec, ShapeError, Tolerance, Traffic
 
 ENTRY_POINT = "ModelNew"
@@ -38,8 +40,43 @@ RESERVED = {"TOLERANCE", "SMOKE_SHAPES", "PROBE_RANGES", "FLOPS", "DTYPE"}
 DTYPES = ("float32", "float16", "bfloat16")
 
 
+class ReferenceCall(BaseModel):
+    """The reference run once at a shape, in the problem's fenced process."""
+    shape: dict[str, int]
+    status: str  # ok | error
+    output_shape: list[int] | None = None
+    seconds: float | None = None  # inputs made on the device and the reference, once
+    error: str | None = None  # one line, with the file's line where its own code failed
+    line: int | None = None  # that line
+
+
+class FileFacts(BaseModel):
+    """What running the file (kernels/problems/kernelbench_facts.py, in its fenced process) told."""
+    name: str
+    sizes: dict[str, int]  # the file's own values of the constants that shape inputs and parameters
+    constants: dict[str, int | float | bool | str] = Field(default_factory=dict)  # every other constant
+    small: dict[str, int] | None = None  # sizes chosen for a CPU (None: not asked, or none ran)
+    small_elements: int | None = None  # inputs' and parameters' elements there
+    small_error: str | None = None  # why no small sizes were found (the reference's error at the smallest tried)
+
+
+def full_shape(sizes: dict[str, int], given: dict[str, int]) -> dict[str, int]:
+    """A shape as the evaluation names it: every size (the file's value unless given) and the other
+    constants the user gave; a constant left out keeps the file's value, so it is not named."""
+    return {**sizes, **given}
+
+
+def check_given(name: str, sizes: dict[str, int], given: dict[str, int]) -> str | None:
+    """What is wrong with the values a user gave (sizes must be at least 1; any other constant may be
+    any integer), or None."""
+    bad = [f"{k}={v}" for k, v in given.items() if k in sizes and v < 1]
+    if bad:
+        return f"problem {name}: {', '.join(bad)}: a size (it shapes an input or a parameter) must be at least 1"
+    return None
+
+
 @dataclass(frozen=True)
-class _FileFacts:
+class LiteralFacts:
     dims: dict[str, int]  # integers written as literals (or arithmetic of literals): overridable
     constants: dict[str, object]  # the reserved declarations, and other literal values
     docstrings: list[str]
@@ -89,7 +126,7 @@ def _bindings(node: ast.stmt) -> list[tuple[str, ast.AST]]:
     return out
 
 
-def _facts(name: str, source: str) -> _FileFacts:
+def literal_facts(name: str, source: str) -> LiteralFacts:
     """Overridable integers and declared constants, from the syntax tree alone; every missing piece named."""
     try:
         tree = ast.parse(source)
@@ -120,7 +157,7 @@ def _facts(name: str, source: str) -> _FileFacts:
             elif isinstance(value, (float, bool, str)):
                 constants[key] = value
     docstrings = [d for d in (ast.get_docstring(tree), *(ast.get_docstring(c) for c in classes.values())) if d]
-    return _FileFacts(dims, constants, docstrings)
+    return LiteralFacts(dims, constants, docstrings)
 
 
 def _tolerances(name: str, declared) -> dict[str, Tolerance]:
@@ -145,10 +182,18 @@ def _shape_list(name: str, what: str, declared, dims: dict[str, int]) -> list[di
     return out
 
 
-def statement(name: str, source: str) -> str:
-    """The task for the model, from the file's docstrings and its source."""
-    facts = _facts(name, source)
-    dims = ", ".join(f"{k}={v}" for k, v in facts.dims.items()) or "none"
+def statement(name: str, source: str, told: FileFacts | None = None) -> str:
+    """The task for the model, from the file's docstrings and its source; with the facts its process
+    told (`told`), the sizes apart from the other constants."""
+    facts = literal_facts(name, source)
+    if told is not None:
+        sizes = ", ".join(f"{k}={v}" for k, v in told.sizes.items()) or "none"
+        others = ", ".join(f"{k}={v!r}" for k, v in told.constants.items())
+        constants = (f"Sizes (they shape the inputs and Model's parameters; the evaluator may override them): "
+                     f"{sizes}." + (f" Other constants: {others}." if others else ""))
+    else:
+        dims = ", ".join(f"{k}={v}" for k, v in facts.dims.items()) or "none"
+        constants = f"Overridable constants (the evaluator may override them): {dims}."
     intro = "\n\n".join(facts.docstrings)
     return (f"# Problem {name}\n\n" + (intro + "\n\n" if intro else "")
             + "Write a module defining `class ModelNew(nn.Module)` with the same constructor as `Model` below "
@@ -157,12 +202,12 @@ def statement(name: str, source: str) -> str:
               "(@triton.jit). forward may allocate, view, copy and cast tensors with torch, never compute "
               "with it (no nn.Linear call, no torch.matmul, softmax, ...): the arithmetic must run in your "
               "kernels. Read parameters as tensors (self.weight, self.linear.weight).\n\n"
-            + f"Size constants (the evaluator may override them): {dims}.\n\n"
+            + constants + "\n\n"
             + "```python\n" + source.strip() + "\n```\n")
 
 
 def file_problem(name: str, source: str) -> ProblemSpec:
-    facts = _facts(name, source)
+    facts = literal_facts(name, source)
     c = facts.constants
     bench = [dict(facts.dims)]
     shape_sets = {"bench": bench}
@@ -192,8 +237,9 @@ def file_problem(name: str, source: str) -> ProblemSpec:
         return Traffic(nbytes, _flops(flops, shape))
 
     def check(shape: dict[str, int]) -> None:
-        if math.prod(shape.values()) > 2**40:
-            raise ShapeError(f"problem {name}: the product of the dimensions is above 2^40: too large to evaluate")
+        big = [f"{k}={v}" for k, v in shape.items() if abs(v) > MAX_VALUE]
+        if big:
+            raise ShapeError(f"problem {name}: {', '.join(big)}: above 2^40 in magnitude, too large to evaluate")
 
     spec = FileProblemSpec(
         name=name, entry_point=ENTRY_POINT, dims=tuple(facts.dims), shape_sets=shape_sets, defaults=dict(facts.dims),
@@ -248,13 +294,28 @@ class FileProblemSpec(ProblemSpec):
     def statement(self) -> str:
         return statement(self.name, self.source)
 
+    def chooses_smoke(self, set_name: str | None) -> bool:
+        """Whether this set's shapes are chosen by running the file (small sizes for a CPU, found in its
+        fenced process: kernels/problems/kernelbench_facts.py), not read from it."""
+        return set_name == "smoke" and "smoke" not in self.shape_sets
+
     def shapes(self, set_name: str) -> list[dict[str, int]]:
-        if set_name == "smoke" and "smoke" not in self.shape_sets:
-            raise ShapeError(
-                f"problem {self.name}: on a CPU its own sizes ({', '.join(f'{k}={v}' for k, v in self.defaults.items())}) "
-                "would take hours in the Triton interpreter; give small ones with --shape NAME=VALUE,... "
-                "or declare SMOKE_SHAPES in the file")
+        """A declared set; [] for smoke when the file declares no SMOKE_SHAPES (chooses_smoke)."""
+        if self.chooses_smoke(set_name):
+            return []
         return super().shapes(set_name)
+
+    def shape(self, given: dict[str, int]) -> dict[str, int]:
+        """Any overridable constant (an integer of the file, or an element `name[i]` of its tuple of
+        integers) may be given; only the values given are checked here (a size below 1 is refused once
+        the file's process has told which constants are sizes). The others keep the file's values."""
+        unknown = set(given) - set(self.dims)
+        if unknown:
+            raise ShapeError(f"problem {self.name} has no overridable constant {', '.join(sorted(unknown))}; "
+                             f"it has: {', '.join(self.dims) or 'none'}")
+        full = {**self.defaults, **{k: int(v) for k, v in given.items()}}
+        self.check_shape({k: full[k] for k in given})
+        return full
 
     def reference_module(self):
         from kernels.problems.kernelbench_runtime import FileReference
@@ -263,6 +324,8 @@ class FileProblemSpec(ProblemSpec):
     def baselines_module(self):
         return self.reference_module()
 
+
+MAX_VALUE = 2**40  # an overridable constant's magnitude
 
 CANDIDATE_SUFFIX = "_kernel.py"  # a suite's problem foo.py starts from the candidate foo_kernel.py beside it
 

@@ -2,12 +2,14 @@
 its constants are sizes (they shape its inputs or Model's parameters) and which are other constants
 (a padding, a reduce dim, a scale), small sizes chosen by itself for a CPU, and whether its reference
 runs at each shape. It executes the user's file, so it runs where problem code runs: in a fenced
-process, never in a worker or the judge.
+process (kernels/evaluator/problem_process.py), never in a worker, the CLI or the judge.
 
 Sizes are told apart by trying: a constant is a size when changing it (pinned, the file re-run)
 changes the shape of an input or of a parameter, on the meta device (no memory, no time, at any
-size). Small sizes: every size is halved together, or the largest one at a time, down to a floor,
-until the inputs and parameters hold about SMALL_ELEMENTS elements, and the reference must run there."""
+size). Small sizes: the largest size halved at a time (or all of them together), down to a floor
+(the largest floor first, so that small sizes such as a kernel's width or a channel count keep
+their value where they can), until the inputs and parameters hold about SMALL_ELEMENTS elements;
+the reference must run there."""
 from __future__ import annotations
 
 import math
@@ -15,36 +17,35 @@ import time
 import traceback
 
 import torch
-from pydantic import BaseModel, Field
 
-from kernels.problems.kernelbench_runtime import FileReference
+from kernels.problems.kernelbench import RESERVED, FileFacts, ReferenceCall
+from kernels.problems.kernelbench_runtime import FileReference, ProblemCodeError
 
 SMALL_ELEMENTS = 32_768  # inputs and parameters together, for the CPU's Triton interpreter
-FLOORS = (1, 4, 8, 16, 32)  # the least a shrunk size may become, tried in turn until the reference runs
+FLOORS = (32, 16, 8, 4, 1)  # the least a shrunk size may become, tried in turn until the reference runs
 MAX_HALVINGS = 400
+MAX_ELEMENTS = 2**38  # inputs and parameters of one shape: past this no device holds them
 
 
-class ReferenceCall(BaseModel):
-    shape: dict[str, int]
-    status: str  # ok | error
-    output_shape: list[int] | None = None
-    seconds: float | None = None
-    error: str | None = None
+def problem_line(name: str, exc: BaseException) -> int | None:
+    """The line of the problem file where the exception left its own code (the innermost such frame)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == f"<problem {name}>"]
+    return frames[-1].lineno if frames else None
 
 
-class FileFacts(BaseModel):
-    name: str
-    sizes: dict[str, int]  # the file's own values
-    constants: dict[str, int | float | bool | str] = Field(default_factory=dict)
-    small: dict[str, int] | None = None  # sizes chosen for a CPU (None: the file declares SMOKE_SHAPES, or none ran)
-    small_elements: int | None = None
+def is_problems_fault(name: str, exc: BaseException) -> bool:
+    """Whether it is the problem's failure: anything its code raised, a rule of the format it broke, or
+    torch failing on what it built (a forward bound straight to a torch function leaves no frame of the
+    file); only an I/O error outside the file's code is the process's own."""
+    return (isinstance(exc, ProblemCodeError) or problem_line(name, exc) is not None
+            or not isinstance(exc, OSError))
 
 
 def problem_error(name: str, exc: BaseException) -> str:
     """One line: the file's line where the problem's own code failed, and why."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == f"<problem {name}>"]
-    where = f", line {frames[-1].lineno}" if frames else ""
-    text = " ".join(str(exc).split())
+    line = problem_line(name, exc)
+    where = f", line {line}" if line is not None else ""
+    text = " ".join(str(exc).split()).removeprefix(f"problem {name}: ")
     return f"problem {name}{where}: {type(exc).__name__}: {text[:300]}"
 
 
@@ -61,7 +62,8 @@ def _footprint(ref: FileReference, shape: dict[str, int]) -> tuple[tuple, tuple,
     return ins, params, count
 
 
-def _elements(ref: FileReference, shape: dict[str, int]) -> int | None:
+def elements(ref: FileReference, shape: dict[str, int]) -> int | None:
+    """Elements of the inputs and parameters at this shape; None when the file cannot take the shape."""
     try:
         return _footprint(ref, shape)[2]
     except Exception:  # noqa: BLE001 - a shape the file cannot take
@@ -88,12 +90,12 @@ def split_sizes(ref: FileReference, candidates: dict[str, int]) -> tuple[dict[st
 
 def _halve_all(ref, sizes, budget, floor):
     shape = dict(sizes)
-    n = _elements(ref, shape)
+    n = elements(ref, shape)
     for _ in range(MAX_HALVINGS):
         if n is None or n <= budget:
             break
         trial = {k: (max(floor, v // 2) if v > floor else v) for k, v in shape.items()}
-        m = _elements(ref, trial)
+        m = elements(ref, trial)
         if trial == shape or m is None:
             break
         shape, n = trial, m
@@ -102,7 +104,7 @@ def _halve_all(ref, sizes, budget, floor):
 
 def _halve_largest(ref, sizes, budget, floor):
     shape = dict(sizes)
-    n = _elements(ref, shape)
+    n = elements(ref, shape)
     held: set[str] = set()
     for _ in range(MAX_HALVINGS):
         if n is None or n <= budget:
@@ -112,7 +114,7 @@ def _halve_largest(ref, sizes, budget, floor):
             break
         _, k = movable[-1]
         trial = {**shape, k: max(floor, shape[k] // 2)}
-        m = _elements(ref, trial)
+        m = elements(ref, trial)
         if m is None:
             held.add(k)  # the file needs this one as it is, relative to the others
             continue
@@ -122,7 +124,7 @@ def _halve_largest(ref, sizes, budget, floor):
 
 def runs(ref: FileReference, shape: dict[str, int], device: str = "cpu",
          dtype: torch.dtype = torch.float32) -> ReferenceCall:
-    """The reference once at this shape, timed; its error as one line."""
+    """The reference once at this shape, timed (inputs made on the device included); its error as one line."""
     t0 = time.perf_counter()
     try:
         inputs = ref.make_inputs(shape, 0, device, dtype)
@@ -133,38 +135,49 @@ def runs(ref: FileReference, shape: dict[str, int], device: str = "cpu",
                              seconds=round(time.perf_counter() - t0, 4))
     except Exception as exc:  # noqa: BLE001 - the problem's own failure, reported
         return ReferenceCall(shape=shape, status="error", error=problem_error(ref.name, exc),
-                             seconds=round(time.perf_counter() - t0, 4))
+                             line=problem_line(ref.name, exc), seconds=round(time.perf_counter() - t0, 4))
 
 
-def small_sizes(ref: FileReference, sizes: dict[str, int], budget: int = SMALL_ELEMENTS) -> tuple[dict[str, int], int] | None:
+def small_sizes(ref: FileReference, sizes: dict[str, int],
+                budget: int = SMALL_ELEMENTS) -> tuple[dict[str, int], int] | ReferenceCall:
     """Sizes whose inputs and parameters hold at most `budget` elements (or the fewest found), at which
-    the reference runs on the CPU; None when it runs at none of those tried."""
+    the reference runs on the CPU; otherwise the reference's failure at the smallest sizes tried."""
+    if not sizes:  # nothing to shrink: the file as written
+        n = elements(ref, {})
+        call = runs(ref, {})
+        return ({}, n or 0) if call.status == "ok" else call
     tried: list[tuple[int, dict[str, int]]] = []
     for floor in FLOORS:
-        for how in (_halve_all, _halve_largest):
+        for how in (_halve_largest, _halve_all):
             shape, n = how(ref, sizes, budget, floor)
             if n is None or (n, shape) in tried:
                 continue
             tried.append((n, shape))
             if n <= budget and runs(ref, shape).status == "ok":
                 return shape, n
+    failed = None
     for n, shape in sorted(tried, key=lambda t: t[0]):
-        if runs(ref, shape).status == "ok":
+        call = runs(ref, shape)
+        if call.status == "ok":
             return shape, n
-    return None
+        failed = failed or call
+    return failed or ReferenceCall(shape=dict(sizes), status="error",
+                                   error=f"problem {ref.name}: no shape it can take was found")
 
 
-def file_facts(name: str, source: str, candidates: dict[str, int], declared_small: bool) -> FileFacts:
-    """Sizes, other constants and (unless the file declares SMOKE_SHAPES) small sizes for a CPU."""
-    ref = FileReference(name, source)
+def file_facts(ref: FileReference, candidates: dict[str, int], literals: dict[str, object], *,
+               small: bool) -> FileFacts:
+    """Sizes, other constants (the overridable integers that are no sizes, and the other literal
+    values: `literals`), and (`small`) small sizes for a CPU at which the reference runs."""
     sizes, others = split_sizes(ref, candidates)
     constants: dict[str, int | float | bool | str] = dict(others)
-    for k, v in vars(ref.module).items():
-        if not k.startswith("_") and k not in sizes and isinstance(v, (int, float, bool, str)) and not callable(v):
-            constants.setdefault(k, v)
-    facts = FileFacts(name=name, sizes=sizes, constants=constants)
-    if not declared_small and sizes:
+    constants.update({k: v for k, v in literals.items()
+                      if k not in sizes and k not in RESERVED and isinstance(v, (int, float, bool, str))})
+    facts = FileFacts(name=ref.name, sizes=sizes, constants=constants)
+    if small:
         found = small_sizes(ref, sizes)
-        if found:
+        if isinstance(found, ReferenceCall):
+            facts.small_error = found.error
+        else:
             facts.small, facts.small_elements = found
     return facts

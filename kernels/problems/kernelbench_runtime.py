@@ -15,6 +15,10 @@ from kernels.problems.spec import LazyBaseline
 INPUT_PREFIX = "x"  # get_inputs()[i] travels as keyword x{i}
 
 
+class ProblemCodeError(TypeError):
+    """The problem file broke a rule of the format (Model.forward returned no single tensor): its fault."""
+
+
 class FileReference:
     """The file, executed once per shape: its top level runs statement by statement with the shape's
     names pinned (a pinned name keeps its value whatever the file assigns to it), so constants written
@@ -63,6 +67,7 @@ class FileReference:
         if state is None:
             torch.manual_seed(self.param_seed)
             state = self.module.Model(*init).state_dict()
+            torch.seed()  # torch.initial_seed() tells nothing of the seed afterwards
         model = cls(*init)
         model.load_state_dict(state, strict=False)
         for p in model.parameters():
@@ -77,11 +82,17 @@ class FileReference:
 
     def make_inputs(self, shape: dict[str, int], seed: int, device: str, dtype: torch.dtype) -> dict:
         """get_inputs() on the device itself, from a seeded generator: the same values in every process
-        that asks on the same device, and no host round trip for the file's own (large) sizes."""
+        that asks on the same device (the judge's problem process makes the reference's, the candidate's
+        process its own), and no host round trip for the file's own (large) sizes. The generator is
+        reseeded from fresh entropy afterwards: torch.initial_seed() in the candidate's code tells
+        nothing of the inputs' seed."""
         self.use_shape(shape)
         torch.manual_seed(seed)
-        with torch.device(device):
-            values = list(self.module.get_inputs())
+        try:
+            with torch.device(device):
+                values = list(self.module.get_inputs())
+        finally:
+            torch.seed()
         return {f"{INPUT_PREFIX}{i}": _cast(v, device, dtype) for i, v in enumerate(values)}
 
     def _args(self, inputs: dict) -> list:
@@ -208,6 +219,6 @@ def _single(out, name: str) -> torch.Tensor:
     if isinstance(out, (tuple, list)) and len(out) == 1:
         out = out[0]
     if not isinstance(out, torch.Tensor):
-        raise TypeError(f"problem {name}: Model.forward must return one tensor, not {type(out).__name__}")
+        raise ProblemCodeError(f"problem {name}: Model.forward must return one tensor, not {type(out).__name__}")
     return out
 
