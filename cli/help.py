@@ -45,7 +45,7 @@ COMMAND_FLAG_HELP = {  # where a flag means something else in one sub-command
     ("suite", "--json"): "print the suite's report (per problem, fast_p, geometric mean) as one JSON object",
     ("follow", "--workflow-id"): "the run to follow (its workflow id, as `run --detach` printed it)",
     ("follow", "--address"): "the Temporal server that holds the run, HOST:PORT",
-    ("report", "workflow_id"): "the run's workflow id (`marathon runs` lists them)",
+    ("report", "workflow_id"): "the run's or the suite's workflow id (`marathon runs` lists them)",
     ("schedule create", "--address"): "the Temporal server to keep the schedule on, HOST:PORT",
     ("schedule list", "--address"): "the Temporal server whose schedules to list, HOST:PORT",
     ("schedule delete", "--address"): "the Temporal server that keeps the schedule, HOST:PORT",

@@ -50,7 +50,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def add_report_parser(sub) -> None:
     rep = sub.add_parser("report", help="a run's report folder: report.html (progress plots, attempts), report.md, "
-                                        "attempts.csv, notebook.md, best_kernel.py, best_verdict.json")
+                                        "attempts.csv, notebook.md, best_kernel.py, best_verdict.json; a suite's: "
+                                        "fast_p, the geometric mean, a row per problem linking its run's report")
     rep.add_argument("workflow_id")
     rep.add_argument("--out", default=None, help="the folder to write (default: STATE/reports/WORKFLOW_ID)")
     rep.add_argument("--address", type=ADDRESS, default=None,

@@ -12,18 +12,38 @@ from cli.tables import suite_report_table
 from workflows.names import TASK_QUEUE
 
 
+def shapes_for(spec, given: list[dict[str, int]]) -> list[str]:
+    """The --shape values that apply to one problem: each shape's names that the file has (a file
+    that has none of a shape's names keeps its own shapes for it)."""
+    out = []
+    for shape in given:
+        mine = {k: v for k, v in shape.items() if k in spec.dims}
+        if mine:
+            out.append(",".join(f"{k}={v}" for k, v in mine.items()))
+    return out
+
+
 def suite_spec_from_args(args: argparse.Namespace):
     """One RunSpec per problem file, each built as `marathon run --problem FILE --kernel FILE_kernel.py`
-    would build it (so every check of a run applies), the budget --hours-each."""
+    would build it (so every check of a run applies), the budget --hours-each. --shape applies to the
+    files that have its names; a name no file has is refused."""
     from kernels.problems.kernelbench import suite_files
+    from kernels.problems.spec import get_problem, parse_shape, resolve_problem
     from workflows.suite import SuiteSpec
 
+    given = [parse_shape(s) for s in args.shape]
+    files = suite_files(args.problems)
+    specs = [get_problem(*resolve_problem(problem)) for problem, _ in files]
+    unknown = sorted({k for shape in given for k in shape} - {d for spec in specs for d in spec.dims})
+    if unknown:
+        raise ValueError(f"--shape names {', '.join(unknown)}, which no problem of {args.problems!r} has")
     runs = []
-    for problem, kernel in suite_files(args.problems):
+    for (problem, kernel), spec in zip(files, specs):
         one = argparse.Namespace(**vars(args))
         one.problem, one.kernel = problem, kernel if args.kernel == "starter" else args.kernel
         one.hours = args.hours_each if args.hours_each is not None else args.hours
         one.parallel = 1  # --parallel counts the suite's problems at once, not a tuner's configurations
+        one.shape = shapes_for(spec, given)
         runs.append(spec_from_args(one))
     return SuiteSpec(runs=runs, parallel=args.parallel)
 
@@ -39,7 +59,7 @@ async def run_suite(args: argparse.Namespace, spec) -> int:
     from activities.artifacts import ArtifactStore
     from reports.runs import STARTED_BY, caller
     from workflows import names
-    from workflows.suite import SuiteReport
+    from workflows.suite import SUITE_PROBLEMS, SuiteReport
 
     out = sys.stderr if args.json else sys.stdout
     workflow_id = args.workflow_id or f"suite-{uuid.uuid4().hex[:8]}"
@@ -66,7 +86,7 @@ async def run_suite(args: argparse.Namespace, spec) -> int:
         try:
             handle = await client.start_workflow(names.SUITE_WORKFLOW_TYPE, spec, id=workflow_id,
                                                  task_queue=args.task_queue, result_type=SuiteReport,
-                                                 memo={STARTED_BY: caller()})
+                                                 memo={STARTED_BY: caller(), SUITE_PROBLEMS: len(spec.runs)})
             print(f"started suite {workflow_id}: {len(spec.runs)} problems, {spec.parallel} at a time, on {address}",
                   file=out, flush=True)
             if args.detach:
@@ -77,8 +97,24 @@ async def run_suite(args: argparse.Namespace, spec) -> int:
             except WorkflowFailureError as exc:
                 print(f"marathon suite: the suite failed: {exc.cause or exc}", file=sys.stderr)
                 return 1
-            print(report.model_dump_json(indent=2) if args.json
-                  else suite_report_table(report, await stop_reasons(client, report)))
+            html = None
+            try:  # the suite's report folder, each problem's run's beside it
+                from reports.make import write_suite_for
+                state_for = _state_dir(args.state_dir)
+                html = await write_suite_for(client, workflow_id, state_for,
+                                             artifacts=args.artifacts or state_for / "artifacts")
+            except Exception as exc:  # the suite's outcome stands without its report folder
+                print(f"marathon suite: the report folder was not written: {exc}", file=sys.stderr)
+            if args.json:
+                data = report.model_dump(mode="json")
+                if html is not None:
+                    data["report"] = str(html)
+                import json
+                print(json.dumps(data, indent=2))
+            else:
+                print(suite_report_table(report, await stop_reasons(client, report)))
+                if html is not None:
+                    print(f"\nreport: {html}")
             return 0 if any(e.status == "ok" for e in report.problems) else 1
         finally:
             if workers is not None:

@@ -162,7 +162,7 @@ def suite_report_table(report, stopped: dict[str, str] | None = None) -> str:
     rows = []
     for e in report.problems:
         sp = ", ".join(f"{speedup(v)} vs {k}" for k, v in e.speedups.items()) or "-"
-        why = stopped.get(e.workflow_id) or e.reason
+        why = stopped.get(e.workflow_id) or e.stop_reason or e.reason
         rows.append((e.problem, e.status, "-" if e.best_attempt is None else str(e.best_attempt), sp,
                      " ".join(why.split())[:200]))
     head = ("problem", "status", "best", "speedups (geometric mean over the shapes)", "stopped because")

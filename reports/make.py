@@ -11,6 +11,7 @@ from activities.artifacts import ArtifactStore
 from reports import local
 from reports.collect import ReportError, collect
 from reports.render import check_out_dir, write_report
+from workflows import names
 
 INDEX = "index.json"  # STATE/reports/index.json: workflow id -> the report.html last written for it
 
@@ -45,15 +46,19 @@ async def client_for(workflow_id: str, state: Path, address: str | None, namespa
     raise ReportError(f"no run {workflow_id!r} under {state} (no database there holds it; give --state-dir or --address)")
 
 
-async def _holds(client, workflow_id: str) -> bool:
+async def _workflow_type(client, workflow_id: str) -> str | None:
+    """The workflow's type, or None where the server holds no workflow of that id."""
     from temporalio.service import RPCError, RPCStatusCode
     try:
-        await client.get_workflow_handle(workflow_id).describe()
+        return (await client.get_workflow_handle(workflow_id).describe()).workflow_type
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
-            return False
+            return None
         raise
-    return True
+
+
+async def _holds(client, workflow_id: str) -> bool:
+    return await _workflow_type(client, workflow_id) is not None
 
 
 def record(state: Path, workflow_id: str, html: Path) -> None:
@@ -96,9 +101,32 @@ async def write_for(client, workflow_id: str, state: Path, out: Path | None = No
     return html
 
 
+async def write_suite_for(client, workflow_id: str, state: Path, out: Path | None = None,
+                          artifacts: Path | None = None) -> Path:
+    """A suite's report (reports/suite.py), each of its problems' runs' reports written too (where
+    `marathon report RUN_ID` writes them) and linked from its rows; returns its report.html's path."""
+    from reports.suite import collect_suite, link, write_suite_report
+    out = Path(out) if out else local.report_dir(state, workflow_id)
+    check_out_dir(out, workflow_id)
+    facts = await collect_suite(client, workflow_id)
+    for row in facts.rows:
+        if row.status == "not run":
+            continue
+        try:
+            row.report = link(await write_for(client, row.workflow_id, state, None, artifacts), out)
+        except (ReportError, ValueError, OSError):  # a run not started yet, or a folder in the way: no link
+            row.report = None
+    html = write_suite_report(facts, out)
+    record(state, workflow_id, html)
+    return html
+
+
 async def report(workflow_id: str, state: Path, address: str | None, out: Path | None,
                  artifacts: Path | None = None, namespace: str = "default") -> Path:
+    """The report of a run, or of a suite (its own page, and its runs')."""
     if out is not None:
         check_out_dir(Path(out), workflow_id)
     async with client_for(workflow_id, state, address, namespace) as client:
-        return await write_for(client, workflow_id, state, out, artifacts)
+        if await _workflow_type(client, workflow_id) == names.SUITE_WORKFLOW_TYPE:
+            return await write_suite_for(client, workflow_id, state, out, artifacts)
+        return await write_for(client, workflow_id, state, out, artifacts)  # an unknown id: its ReportError

@@ -18,6 +18,7 @@ from reports import local
 from reports.fmt import speedup
 from reports.make import connect, recorded
 from workflows import names
+from workflows.suite import SUITE_PROBLEMS
 
 
 class RunRow(BaseModel):
@@ -46,13 +47,23 @@ def caller() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-async def _started_by(ex) -> str | None:
+async def _memo(ex) -> dict:
     try:
         memo = await ex.memo()
     except Exception:  # a memo this converter cannot read
-        return None
-    who = memo.get(STARTED_BY) if isinstance(memo, dict) else None
+        return {}
+    return memo if isinstance(memo, dict) else {}
+
+
+async def _started_by(ex) -> str | None:
+    who = (await _memo(ex)).get(STARTED_BY)
     return one_line(who, 60) if isinstance(who, str) and who else None  # shown in a table: one short line
+
+
+async def _suite_problem(ex) -> str:
+    """A suite's row's `problem`: how many problems it runs (its memo's count, where it carries one)."""
+    count = (await _memo(ex)).get(SUITE_PROBLEMS)
+    return f"suite of {count}" if isinstance(count, int) else "suite"
 
 
 def parse_since(text: str) -> timedelta:
@@ -66,9 +77,11 @@ def parse_since(text: str) -> timedelta:
 
 
 def visibility_query(problem: str | None, since: timedelta | None, now: datetime) -> str:
-    q = f"WorkflowType = '{names.WORKFLOW_TYPE}'"
+    """Runs and suites (only runs when asked for a problem's: a suite has no problem of its own)."""
     if problem:
-        q += f" AND {names.SA_PROBLEM.name} = '{problem.replace(chr(39), '')}'"
+        q = f"WorkflowType = '{names.WORKFLOW_TYPE}' AND {names.SA_PROBLEM.name} = '{problem.replace(chr(39), '')}'"
+    else:
+        q = f"(WorkflowType = '{names.WORKFLOW_TYPE}' OR WorkflowType = '{names.SUITE_WORKFLOW_TYPE}')"
     if since is not None:
         q += f" AND StartTime > '{(now - since).strftime('%Y-%m-%dT%H:%M:%SZ')}'"
     return q
@@ -102,7 +115,9 @@ async def rows_from(client, query: str, server: str, now: datetime) -> list[RunR
         sa = ex.typed_search_attributes
         status = ex.status.name if ex.status else "UNKNOWN"
         end = ex.close_time if ex.status not in (None, WorkflowExecutionStatus.RUNNING) and ex.close_time else now
-        rows.append(RunRow(workflow_id=wid, problem=sa.get(names.SA_PROBLEM) or "?", policy=sa.get(names.SA_POLICY) or "?",
+        suite = ex.workflow_type == names.SUITE_WORKFLOW_TYPE
+        problem = await _suite_problem(ex) if suite else sa.get(names.SA_PROBLEM) or "?"
+        rows.append(RunRow(workflow_id=wid, problem=problem, policy="-" if suite else sa.get(names.SA_POLICY) or "?",
                            status=status, started_at=first_start[wid],
                            hours=max(0.0, (end - first_start[wid]).total_seconds() / 3600),
                            tool_calls=sa.get(names.SA_TOOL_CALLS), best_speedup=sa.get(names.SA_BEST_SPEEDUP),

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import uuid
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +84,82 @@ def test_suite_cli_bad_input(tmp_path):
         out = subprocess.run([sys.executable, "marathon.py", "suite", "--problems", str(where), "--device", "cpu"],
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr
+
+
+def _suite_folder(tmp_path):
+    """Three KernelBench-format files of these tests' own, each with its candidate beside it."""
+    from test_kernelbench import HONEST, PATTERNS, PATTERNS_KERNEL, RELU_KERNEL, SOFTPLUS, TUPLE_SIZES
+    folder = tmp_path / "problems"
+    folder.mkdir()
+    for name, problem, kernel in (("patterns", PATTERNS, PATTERNS_KERNEL),
+                                  ("tuple_sizes", TUPLE_SIZES, RELU_KERNEL.replace("SCALE", "2.0")),
+                                  ("softplus", SOFTPLUS, HONEST)):
+        (folder / f"{name}.py").write_text(problem)
+        (folder / f"{name}_kernel.py").write_text(kernel)
+    return folder
+
+
+def test_a_shape_applies_to_the_files_that_have_its_names(tmp_path):
+    """One --shape over a mixed folder: each file takes the names it has, the others keep their own
+    shapes; a name no file has is refused in one line."""
+    from cli.suite import suite_spec_from_args
+    from marathon import build_parser
+    folder = _suite_folder(tmp_path)
+    args = build_parser().parse_args(["suite", "--problems", str(folder), "--device", "cpu", "--dtype", "float16",
+                                      "--shape", "batch=3,rows=5", "--shape", "cols=7,input_shape[0]=9"])
+    spec = suite_spec_from_args(args)
+    lists = {r.problem: r.eval.shape_list for r in spec.runs}
+    assert lists == {"patterns": [{"batch": 3, "rows": 5}, {"cols": 7}], "softplus": [{"rows": 5}, {"cols": 7}],
+                     "tuple_sizes": [{"input_shape[0]": 9}]}
+    assert {r.eval.dtype for r in spec.runs} == {"float16"}
+    out = subprocess.run([sys.executable, "marathon.py", "suite", "--problems", str(folder), "--device", "cpu",
+                          "--shape", "batch=3,widht=4"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.strip() == (f"marathon suite: --shape names widht, which no problem of "
+                                                          f"{str(folder)!r} has")
+
+
+@pytest.mark.timeout(900)
+def test_a_suite_of_raw_files_on_the_cpu_is_listed_and_reported(tmp_path):
+    """`marathon suite` over a folder of files without SMOKE_SHAPES, on the CPU, no --shape: each file's
+    process chooses its small sizes; it exits 0; `marathon runs` lists the suite; `marathon report
+    SUITE_ID` writes its report.html with fast_p and a row per problem linking its run's report."""
+    import json
+    folder, state = _suite_folder(tmp_path), tmp_path / "state"
+    out = subprocess.run([sys.executable, "marathon.py", "suite", "--problems", str(folder), "--device", "cpu",
+                          "--max-tool-calls", "2", "--state-dir", str(state), "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=800)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    suite_id = report["workflow_id"]
+    assert {e["problem"]: e["status"] for e in report["problems"]} == {
+        "patterns": "ok", "softplus": "ok", "tuple_sizes": "ok"}
+    assert all(e["stop_reason"] for e in report["problems"])
+    listed = subprocess.run([sys.executable, "marathon.py", "runs", "--state-dir", str(state), "--json"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["workflow_id"]: r for r in json.loads(listed.stdout)}
+    assert rows[suite_id]["problem"] == "suite of 3" and rows[suite_id]["status"] == "COMPLETED"
+    assert {e["workflow_id"] for e in report["problems"]} <= set(rows)
+    shutil.rmtree(state / "reports")
+    written = subprocess.run([sys.executable, "marathon.py", "report", suite_id, "--state-dir", str(state)],
+                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert written.returncode == 0, written.stderr
+    html = Path(written.stdout.strip())
+    assert html == state / "reports" / suite_id / "report.html" and html.is_file()
+    page = html.read_text()
+    assert "fast_1.5" in page and "geometric-mean speedup vs eager" in page
+    for e in report["problems"]:
+        link = next(line for line in page.splitlines() if f">{e['workflow_id']}</a>" in line)
+        target = (html.parent / link.split('href="')[1].split('"')[0]).resolve()
+        assert target.is_file() and e["workflow_id"] in target.read_text()
+        assert e["stop_reason"].split(":")[0] in page
+
+
+def test_runs_lists_suites_beside_runs_and_only_runs_for_a_problem():
+    """`marathon runs` asks for runs and suites; asked for one problem's, only runs (a suite has none)."""
+    from reports.runs import visibility_query
+    now = datetime(2026, 1, 2, tzinfo=timezone.utc)
+    every = visibility_query(None, None, now)
+    assert f"WorkflowType = '{names.SUITE_WORKFLOW_TYPE}'" in every and f"WorkflowType = '{names.WORKFLOW_TYPE}'" in every
+    one = visibility_query("softplus", None, now)
+    assert names.SUITE_WORKFLOW_TYPE not in one and "'softplus'" in one

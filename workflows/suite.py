@@ -17,6 +17,7 @@ from workflows import limits, names
 from workflows.models import RunReport, RunSpec, describe_invalid
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
+SUITE_PROBLEMS = "problems"  # the memo key of a suite: how many problems it runs (for `marathon runs`)
 EAGER = "eager"  # the baseline fast_p is measured against (a file problem's Model in eager mode)
 
 
@@ -34,6 +35,7 @@ class SuiteEntry(BaseModel):
     best_attempt: int | None = None
     speedups: dict[str, float] = Field(default_factory=dict)  # baseline -> geometric mean over the shapes
     speedup_vs_eager: float | None = None
+    stop_reason: str = ""  # why its run stopped (its RunReport's), or why it failed
 
 
 class SuiteReport(BaseModel):
@@ -41,6 +43,11 @@ class SuiteReport(BaseModel):
     problems: list[SuiteEntry]
     fast_p: dict[str, float]  # "fast_0", "fast_1", "fast_1.5", "fast_2" -> share of the problems
     geomean_speedup_vs_eager: float | None  # over the problems with a correct kernel
+
+
+def child_id(suite_id: str, index: int, problem: str) -> str:
+    """The workflow id of a suite's index-th problem's run."""
+    return f"{suite_id}/{index}-{problem}"
 
 
 def _geomean(values: list[float]) -> float | None:
@@ -51,13 +58,15 @@ def _geomean(values: list[float]) -> float | None:
 def entry_from_report(problem: str, workflow_id: str, report: RunReport) -> SuiteEntry:
     best = report.best
     if best is None:
-        return SuiteEntry(problem=problem, workflow_id=workflow_id, status="no kernel", reason=report.stop_reason)
+        return SuiteEntry(problem=problem, workflow_id=workflow_id, status="no kernel", reason=report.stop_reason,
+                          stop_reason=report.stop_reason)
     v = best.verdict
     names_ = sorted({k for s in v.shapes for k in s.speedup})
     speedups = {k: round(g, 4) for k in names_
                 if (g := _geomean([s.speedup[k] for s in v.shapes if k in s.speedup])) is not None}
     return SuiteEntry(problem=problem, workflow_id=workflow_id, status=v.status, reason=v.reason[:300],
-                      best_attempt=best.attempt, speedups=speedups, speedup_vs_eager=speedups.get(EAGER))
+                      best_attempt=best.attempt, speedups=speedups, speedup_vs_eager=speedups.get(EAGER),
+                      stop_reason=report.stop_reason)
 
 
 def score(workflow_id: str, entries: list[SuiteEntry]) -> SuiteReport:
@@ -89,16 +98,16 @@ class KernelSuite:
         gate = asyncio.Semaphore(spec.parallel)
 
         async def one(i: int, run: RunSpec) -> SuiteEntry:
-            child_id = f"{parent}/{i}-{run.problem}"
+            child = child_id(parent, i, run.problem)
             async with gate:
                 try:
                     report = await workflow.execute_child_workflow(
-                        names.WORKFLOW_TYPE, run, id=child_id, result_type=RunReport,
+                        names.WORKFLOW_TYPE, run, id=child, result_type=RunReport,
                         static_summary=f"{run.problem} in suite {parent}")
-                    entry = entry_from_report(run.problem, child_id, report)
+                    entry = entry_from_report(run.problem, child, report)
                 except ChildWorkflowError as err:
-                    entry = SuiteEntry(problem=run.problem, workflow_id=child_id, status="failed",
-                                       reason=str(err.cause or err)[:300])
+                    entry = SuiteEntry(problem=run.problem, workflow_id=child, status="failed",
+                                       reason=str(err.cause or err)[:300], stop_reason=str(err.cause or err)[:300])
             self.done.append(entry)
             return entry
 
