@@ -149,7 +149,7 @@ def show_kernel(inp: ShowInput, store: ArtifactStore) -> ToolResult:
 def _attempt_row(a: Attempt, best: int | None, current: int | None) -> str:
     e = a.best_eval() or (a.evals[-1] if a.evals else None)
     mark = ("*" if a.n == best else " ") + (">" if a.n == current else " ")
-    speed = f"{e.speedup:.3f}x vs {e.baseline}" if e and e.speedup is not None else "-"
+    speed = f"{e.speedup:.3g}x vs {e.baseline}" if e and e.speedup is not None else "-"
     lat = f"{e.latency_us:.1f}us" if e and e.latency_us is not None else "-"
     origin = a.origin + (f" of {a.parent}" if a.parent is not None else "")
     cfg = " " + kv(a.config) if a.config else ""

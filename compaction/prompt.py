@@ -112,7 +112,7 @@ def figures_text(figures: LiveFigures) -> str:
     else:
         parts = []
         if f.best_speedup is not None:
-            parts.append(f"{_num(f.best_speedup)}x vs the strongest baseline")
+            parts.append(f"{f.best_speedup:.3g}x vs the strongest baseline")
         if f.best_latency_us is not None:
             parts.append(f"{_num(f.best_latency_us, 1)} us")
         if f.best_attempt is not None:
