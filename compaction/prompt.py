@@ -33,6 +33,7 @@ from typing import Any
 
 from compaction.memory import MERGED, BestKernel, Failure, Goal, LiveFigures, Memory, Strategy
 from compaction.text import one_line, speedups_text
+from kernels.evaluator.policy import RULES_SUMMARY
 
 CHARS_PER_TOKEN = 3.5
 MESSAGE_OVERHEAD = 4
@@ -52,12 +53,13 @@ How to work:
 - Implement the algorithm yourself in Triton. Importing third-party kernel libraries (flash-linear-\
 attention, flash-attn, xformers, flashinfer) or computing the answer with torch operations is \
 rejected.
+- {rules}
 - Only kernels with an `ok` verdict count. Compile, test for correctness, then profile.
 - Every change is a hypothesis: say what you expect, change one thing, measure, and keep it only if \
 the measurement says so.
 - Read the memory below before acting. It is the compacted record of everything earlier in the run: \
 do not repeat a failed approach unless you have a new reason, and build on what worked.
-- Older turns are not shown; the memory and the goal block below are authoritative."""
+- Older turns are not shown; the memory and the goal block below are authoritative.""".format(rules=RULES_SUMMARY)
 
 
 TASK_SYSTEM_PROMPT = """\
