@@ -33,7 +33,6 @@ from typing import Any
 
 from compaction.memory import MERGED, BestKernel, Failure, Goal, LiveFigures, Memory, Strategy
 from compaction.text import one_line, speedups_text
-from kernels.evaluator.policy import RULES_SUMMARY
 
 CHARS_PER_TOKEN = 3.5
 MESSAGE_OVERHEAD = 4
@@ -44,6 +43,17 @@ ENTRY_CHARS = 600  # one memory entry is rendered at most this long
 MERGED_LINE_CHARS = 10_000  # a merged line (see compaction.summarize) at most this long
 
 FIGURES_HEADER = "## Live figures"
+
+# The candidate policy's allowlist in words (kernels/evaluator/policy.py; tests/test_policy.py keeps the
+# two in step).
+RULES_SUMMARY = (
+    "The evaluator accepts a candidate only within an allowlist: imports of torch, triton and "
+    "triton.language, math, and named parts of functools, itertools, operator, typing and dataclasses; "
+    "torch only to allocate, view, copy and cast tensors (and nn.Module/nn.Parameter for module "
+    "problems); no str.format, match, global/nonlocal, yield, attributes starting with an underscore, "
+    "getattr/setattr/eval/exec/open; triton.autotune and triton.Config without hooks (pre_hook, "
+    "prune_configs_by, ...). "
+    "A refused source gets a line naming what it used.")
 
 DEFAULT_SYSTEM_PROMPT = """\
 You are a GPU kernel engineer on a long, unattended optimization run. You improve one Triton kernel \

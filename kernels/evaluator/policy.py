@@ -26,15 +26,6 @@ import math
 import types
 from dataclasses import dataclass
 
-# What the model is told of these rules (compaction/prompt.py's instructions): the allowlist in words.
-RULES_SUMMARY = (
-    "The evaluator accepts a candidate only within an allowlist: imports of torch, triton and "
-    "triton.language, math, and named parts of functools, itertools, operator, typing and dataclasses; "
-    "torch only to allocate, view, copy and cast tensors (and nn.Module/nn.Parameter for module "
-    "problems); no str.format, match, global/nonlocal, yield, attributes starting with an underscore, "
-    "getattr/setattr/eval/exec/open; triton.autotune and triton.Config without hooks (pre_hook, "
-    "prune_configs_by, ...). "
-    "A refused source gets a line naming what it used.")
 MAX_SOURCE_BYTES = 256 * 1024
 MAX_NESTING = 200  # syntax-tree depth; honest kernel modules stay far below it
 MAX_REPORTED = 50  # refusals listed in a verdict
