@@ -163,6 +163,8 @@ def measure(bundle: TaskBundle, document: str | None, cache_root: Path, *, mode:
             beat()
             g = run_fenced(spec.guard.command, cand, spec.timeout_s)
             metric.guard_tail = _tail(g.output)
+            if g.network_attempts:
+                return _done(verdict, t0, "rejected", _offline(g.network_attempts, "its guard"))
             if g.timed_out:
                 return _done(verdict, t0, "timeout", f"the guard timed out after {spec.timeout_s:g} s")
             if not g.ok:
@@ -182,6 +184,11 @@ def measure(bundle: TaskBundle, document: str | None, cache_root: Path, *, mode:
                     beat()
                     result = run_fenced(spec.metric.command, base if which == "baseline" else cand, spec.timeout_s)
                     verdict.sandbox.update(result.fences)
+                    if result.network_attempts and which == "candidate":
+                        return _done(verdict, t0, "rejected", _offline(result.network_attempts, "the metric command"))
+                    if result.network_attempts:
+                        raise TaskBroken(f"task {spec.name}: its own files open network connections; a task's "
+                                         "commands run offline (fetch what they need in its setup)")
                     value = read_metric(spec.metric.read, result)
                     if which == "candidate":
                         verdict.log_tail = _tail(result.output)
@@ -214,6 +221,11 @@ def measure(bundle: TaskBundle, document: str | None, cache_root: Path, *, mode:
         reason = (f"{spec.metric.read}: {metric.value:.4g}{unit} against {metric.baseline:.4g}{unit} for the "
                   f"task's own files ({metric.gain:.3g}x), medians of {n} interleaved runs")
     return _done(verdict, t0, "ok", reason)
+
+
+def _offline(attempts: int, what: str) -> str:
+    return (f"the candidate opened a network connection while {what} ran ({attempts} attempt(s), each refused): "
+            "a task's commands run offline")
 
 
 def _done(verdict: Verdict, t0: float, status: str, reason: str) -> Verdict:
