@@ -77,7 +77,7 @@ def test_show_list_note(store):
                         evals=[EvalDigest(tool="profile_kernel", mode="full", status="ok", reason="", speedup=1.25,
                                           baseline="torch", latency_us=10.0)])]
     listed = tools.list_attempts(ListInput(attempts=attempts, total=2, best=1, current=1), store)
-    assert "1.250x vs torch" in listed.text and "edit of 0" in listed.text and "BLOCK_S=16" in listed.text
+    assert "1.25x vs torch" in listed.text and "edit of 0" in listed.text and "BLOCK_S=16" in listed.text
     assert tools.note(NoteInput(workflow_id="w", seq=1, text="keep kv in smem"), store).ok
     assert not tools.note(NoteInput(workflow_id="w", seq=2, text=" "), store).ok
 
@@ -163,7 +163,7 @@ def test_verdict_digest_and_description():
     assert d.speedup == 1.1 and d.baseline == "torch" and d.speedups == {"torch": 1.1, "torch_compile": 1.2}
     assert d.latency_us == 20.0 and d.roofline_pct == 20.0
     text = describe("profile_kernel", 2, v)
-    assert text.startswith("profile attempt 2: OK") and "2.000x vs torch" in text and "20.0% of roofline" in text
+    assert text.startswith("profile attempt 2: OK") and "2x vs torch" in text and "20.0% of roofline" in text
 
 
 def test_parse_call():
