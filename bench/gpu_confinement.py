@@ -121,7 +121,7 @@ def escape_run(kind: str, key: str, device: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu_confinement.json"))
+    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench" / "gpu_confinement.json"))
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="cpu: a dry run of the script (no foreign-process part, small shapes)")
     args = ap.parse_args()
