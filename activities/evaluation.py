@@ -30,6 +30,7 @@ from tasks.measure import TaskBroken
 from tasks.measure import measure as measure_task
 from tasks.spec import TaskBundle
 from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
+from workflows.records import TASK_BASELINE
 from workflows.models import (EVAL_MODES, EvalDigest, EvalInput, EvalResult, RecordedVerdict, SourceRef, VerdictLookup,
                               verdict_scope)
 from workflows.labels import kv, shape_label
@@ -67,7 +68,6 @@ def eval_request(inp: EvalInput, source: str, cache: BaselineCache | None = None
                        baselines=s.baselines, known_baselines=known)
 
 
-TASK_BASELINE = "the task's own files"
 
 
 def digest(tool: str, verdict: Verdict, artifact: str | None) -> EvalDigest:
