@@ -50,6 +50,12 @@ def gain(spec_direction: str, read: str, baseline: float, value: float, repeat: 
     return (value + eps) / (baseline + eps)
 
 
+def overlap(samples: list[float], baseline: list[float]) -> bool:
+    """Whether two sets of runs overlap in range: then their medians' ratio does not tell the two
+    apart. Not for a failure rate, whose runs are each 0 or 1."""
+    return len(samples) > 1 and min(samples) <= max(baseline) and min(baseline) <= max(samples)
+
+
 def _tail(text: str, n: int = TAIL) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
@@ -207,6 +213,11 @@ def measure(bundle: TaskBundle, document: str | None, cache_root: Path, *, mode:
             metric.samples, metric.baseline_samples = samples["candidate"], samples["baseline"]
             metric.value, metric.baseline = agg(metric.samples), agg(metric.baseline_samples)
             metric.gain = round(gain(spec.metric.direction, spec.metric.read, metric.baseline, metric.value, n), 6)
+            if spec.metric.read != "failure_rate" and overlap(metric.samples, metric.baseline_samples) and metric.gain != 1:
+                verdict.flags.append(
+                    f"within the noise: the candidate's runs ({min(metric.samples):.4g}-{max(metric.samples):.4g}) "
+                    f"and the task's own ({min(metric.baseline_samples):.4g}-{max(metric.baseline_samples):.4g}) "
+                    f"overlap, so the {metric.gain:.3g}x may be the machine's drift, not the change")
         changed = sorted(k for k, v in _fixed_digests(bundle, cand).items() if v != fixed.get(k))
         if changed:
             return _done(verdict, t0, "rejected",

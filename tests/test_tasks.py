@@ -202,3 +202,10 @@ def test_a_candidate_that_opens_a_network_connection_is_rejected(tmp_path):
     v = measure(bundle, doc.join({"src/catalog.py": reaches_out}), tmp_path / "cache")
     assert v.status == "rejected" and "network connection" in v.reason, v.reason
     assert v.sandbox.get("network_watch") is True
+
+
+def test_runs_that_overlap_are_called_noise_not_a_gain():
+    from tasks.measure import overlap
+    assert overlap([0.30, 0.41, 0.35], [0.37, 0.40, 0.36])  # the same files on a busy machine
+    assert not overlap([0.07, 0.09, 0.08], [0.37, 0.40, 0.36])  # a real gain: the ranges stand apart
+    assert not overlap([1399.0], [2311.0]) and not overlap([5.0], [5.0])  # one run each: nothing to tell
