@@ -112,7 +112,7 @@ def test_prompt_shape_and_nothing_cut_when_it_fits():
 
 def test_prompts_keep_to_what_strict_chat_templates_accept():
     from compaction.prompt import EMPTY_REPLY, UNPARSED, chat_sequence
-    from fake_openai import sequence_error
+    from serving.scripted_model import sequence_error
 
     bad = [{"id": "m1", "type": "function", "function": {"name": "edit_kernel", "arguments": '{"old": "x", "new": '}}]
     recent = ([{"role": "user", "content": "start"}, {"role": "assistant", "content": ""},
@@ -149,7 +149,7 @@ def test_prompts_stay_within_the_budget_by_a_small_vocabularys_count():
     """Code-heavy turns at 2.5 bytes a token (the fake's count, SmolLM2's on Triton code): with the scale
     learned from the first reply's usage, every later prompt is within the budget by that count."""
     from compaction.prompt import token_scale
-    from fake_openai import count_tokens
+    from serving.scripted_model import count_tokens
     from workflows.toolspec import TOOLS
 
     source = Path(__file__).resolve().parent.parent / "kernels" / "problems" / "mla_decode" / "starter.py"
