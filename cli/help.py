@@ -66,11 +66,12 @@ UNSET_MEANS = {  # what a flag whose default is "not given" does then, where its
 
 COMMAND_HELP = {  # `marathon --help`: one line each; `marathon COMMAND --help` has the rest
     "eval": "judge one kernel against the reference and baselines",
+    "problem": "check a KernelBench-format file: sizes, shapes, the reference",
     "run": "start a run and follow it to its report",
     "suite": "one run per problem file of a folder, scored together",
     "follow": "follow a run already started, to its report",
     "dev": "the Temporal dev server, its Web UI and the workers",
-    "report": "write a run's report folder (report.html and more)",
+    "report": "write a run's or a suite's report folder (report.html and more)",
     "runs": "what ran: status, best speedup, who started it, report",
     "schedule": "nightly (or any cron) runs as Temporal schedules",
 }

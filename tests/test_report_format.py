@@ -311,5 +311,5 @@ def test_every_flag_of_every_command_has_help_with_its_default():
     assert not missing, missing
     top = parser.format_help()
     listed = [line.split()[0] for line in top.split("commands:", 1)[1].splitlines()[2:] if line.startswith("    ")]
-    assert listed == ["eval", "run", "suite", "follow", "dev", "report", "runs", "schedule"]
+    assert listed == ["eval", "problem", "run", "suite", "follow", "dev", "report", "runs", "schedule"]
     assert all(len(line) <= 80 for line in top.splitlines())  # one line each
