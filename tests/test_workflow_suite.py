@@ -72,8 +72,26 @@ def test_scoring():
     report = score("s", [entry("a", "ok", 2.5), entry("b", "ok", 1.2), entry("c", "ok", 0.5),
                          entry("d", "incorrect", 9.0), entry("e", "failed", None)])
     assert report.fast_p == {"fast_0": 0.6, "fast_1": 0.4, "fast_1.5": 0.2, "fast_2": 0.2}
-    assert report.geomean_speedup_vs_eager == pytest.approx(round((2.5 * 1.2 * 0.5) ** (1 / 3), 4))
+    assert report.geomean_speedup_vs_eager == float(f"{(2.5 * 1.2 * 0.5) ** (1 / 3):.4g}")  # four figures
     assert math.isclose(score("s", [entry("a", "failed", None)]).fast_p["fast_0"], 0.0)
+
+
+def test_an_interpreters_tiny_speedups_are_kept_to_four_figures():
+    """On a CPU speedups over eager are ~1e-5: kept as measured (not rounded to 0), so each counts in the
+    geometric mean."""
+    from types import SimpleNamespace
+
+    from kernels.evaluator.verdict import ShapeResult, Verdict
+    from workflows.suite import entry_from_report
+
+    def run(eager):
+        verdict = Verdict(status="ok", reason="", problem="p", kernel="k", device="cpu",
+                          shapes=[ShapeResult(shape={"n": 1}, correct=True, speedup={"eager": eager, "compile": 0.93412})])
+        return SimpleNamespace(best=SimpleNamespace(attempt=0, verdict=verdict), stop_reason="budget")
+    entries = [entry_from_report(p, p, run(x)) for p, x in (("a", 0.0000285123), ("b", 0.000243))]
+    assert [e.speedup_vs_eager for e in entries] == [0.00002851, 0.000243]
+    assert entries[0].speedups["compile"] == 0.9341 and entries[0].stop_reason == "budget"
+    assert score("s", entries).geomean_speedup_vs_eager == pytest.approx((0.00002851 * 0.000243) ** 0.5, rel=1e-3)
 
 
 def test_suite_cli_bad_input(tmp_path):

@@ -50,6 +50,12 @@ def child_id(suite_id: str, index: int, problem: str) -> str:
     return f"{suite_id}/{index}-{problem}"
 
 
+def _sig(x: float) -> float:
+    """Four significant figures: an interpreter's speedup of 0.0000285x stays that, not 0 (which would
+    also drop it from the geometric mean)."""
+    return float(f"{x:.4g}")
+
+
 def _geomean(values: list[float]) -> float | None:
     values = [v for v in values if v > 0 and math.isfinite(v)]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
@@ -62,7 +68,7 @@ def entry_from_report(problem: str, workflow_id: str, report: RunReport) -> Suit
                           stop_reason=report.stop_reason)
     v = best.verdict
     names_ = sorted({k for s in v.shapes for k in s.speedup})
-    speedups = {k: round(g, 4) for k in names_
+    speedups = {k: _sig(g) for k in names_
                 if (g := _geomean([s.speedup[k] for s in v.shapes if k in s.speedup])) is not None}
     return SuiteEntry(problem=problem, workflow_id=workflow_id, status=v.status, reason=v.reason[:300],
                       best_attempt=best.attempt, speedups=speedups, speedup_vs_eager=speedups.get(EAGER),
@@ -77,7 +83,7 @@ def score(workflow_id: str, entries: list[SuiteEntry]) -> SuiteReport:
         fast[f"fast_{p:g}"] = round(len(hits) / len(entries), 4) if entries else 0.0
     gm = _geomean([e.speedup_vs_eager for e in solved if e.speedup_vs_eager is not None])
     return SuiteReport(workflow_id=workflow_id, problems=entries, fast_p=fast,
-                       geomean_speedup_vs_eager=round(gm, 4) if gm is not None else None)
+                       geomean_speedup_vs_eager=_sig(gm) if gm is not None else None)
 
 
 @workflow.defn(name=names.SUITE_WORKFLOW_TYPE)
