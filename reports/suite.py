@@ -33,6 +33,7 @@ class SuiteRow(BaseModel):
     speedups: dict[str, float] = Field(default_factory=dict)
     speedup_vs_eager: float | None = None
     report: str | None = None  # its run's report.html, relative to the suite's report folder
+    timed: bool | None = None  # whether its best kernel's times mean anything (a GPU's); None: unknown
 
 
 class SuiteFacts(BaseModel):
@@ -46,6 +47,11 @@ class SuiteFacts(BaseModel):
     rows: list[SuiteRow]
     fast_p: dict[str, float]
     geomean_speedup_vs_eager: float | None = None
+
+    @property
+    def cpu(self) -> bool:
+        """Some problem's times are the CPU's interpreter's: the page says so at its top."""
+        return any(r.timed is False for r in self.rows)
 
 
 async def _result(client: Client, workflow_id: str):
@@ -89,10 +95,13 @@ async def collect_suite(client: Client, workflow_id: str, now: datetime | None =
             rows.append(SuiteRow(problem=problem, workflow_id=wid,
                                  status="running" if not finished else "not run"))
             continue
-        stop = e.stop_reason or await _stop_reason(client, wid) or e.reason
+        run = await _run_report(client, wid)
+        best = run.best if run is not None else None
+        stop = e.stop_reason or (run.stop_reason if run is not None else "") or e.reason
         rows.append(SuiteRow(problem=e.problem, workflow_id=wid, status=e.status, reason=e.reason, stop_reason=stop,
                              best_attempt=e.best_attempt, speedups=dict(e.speedups),
-                             speedup_vs_eager=e.speedup_vs_eager))
+                             speedup_vs_eager=e.speedup_vs_eager,
+                             timed=best.verdict.timing_meaningful if best is not None else None))
     scored = result or score(workflow_id, entries)
     if result is None and len(entries) < len(rows):  # the share of the problems finished so far, of all of them
         scored = score(workflow_id, entries + [SuiteEntry(problem=r.problem, workflow_id=r.workflow_id, status=r.status)
@@ -103,22 +112,24 @@ async def collect_suite(client: Client, workflow_id: str, now: datetime | None =
                       fast_p=scored.fast_p, geomean_speedup_vs_eager=scored.geomean_speedup_vs_eager)
 
 
-async def _stop_reason(client: Client, workflow_id: str) -> str:
-    """A run's own stop reason (its result), for a suite result written before entries carried it."""
+async def _run_report(client: Client, workflow_id: str) -> RunReport | None:
+    """A problem's run's own result: why it stopped (for a suite result written before entries carried
+    it) and whether its best kernel's times mean anything."""
     try:
-        return (await client.get_workflow_handle(workflow_id, result_type=RunReport).result()).stop_reason
+        return await client.get_workflow_handle(workflow_id, result_type=RunReport).result()
     except Exception:  # a failed run, or one whose history is gone: the suite's entry says why
-        return ""
+        return None
 
 
 def render_suite_html(facts: SuiteFacts) -> str:
     return _env().get_template("suite.html.j2").render(f=facts, thresholds=[f"fast_{p:g}" for p in FAST_P],
-                                                       colours={"ok": "#2e7d32"}, x=fmt.speedup)
+                                                       colours={"ok": "#2e7d32"}, x=fmt.speedup,
+                                                       cpu_times=fmt.CPU_TIMES)
 
 
 def render_suite_md(facts: SuiteFacts) -> str:
     return _env().get_template("suite.md.j2").render(f=facts, thresholds=[f"fast_{p:g}" for p in FAST_P],
-                                                     x=fmt.speedup)
+                                                     x=fmt.speedup, cpu_times=fmt.CPU_TIMES)
 
 
 def write_suite_report(facts: SuiteFacts, out: Path) -> Path:
