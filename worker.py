@@ -31,6 +31,7 @@ from activities.compaction import compact
 from activities.registry import MarathonActivities
 from kernels.evaluator.confinement import make_non_dumpable, remove_stale_scratch
 from kernels.evaluator.evaluate import JUDGES
+from kernels.settings import exit_on_bad_settings, settings
 from serving.gpus import CHILD_ENV, GpuWorkers, visible_gpus
 from workflows import names
 from workflows.kernel_optimization import KernelOptimization
@@ -134,7 +135,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 async def _serve(args: argparse.Namespace, control: bool, gpu: bool) -> None:
     client = await connect(args.address, args.namespace)
     if gpu:  # a judge started ahead of each evaluation (MARATHON_WARM_JUDGES=0: started on demand)
-        JUDGES.keep_warm(0 if os.environ.get("MARATHON_WARM_JUDGES", "1").strip() in ("0", "") else 1)
+        JUDGES.keep_warm(1 if settings().warm_judges else 0)
     identity = None
     if gpu and not control and "CUDA_VISIBLE_DEVICES" in os.environ:  # a report counts evaluations per GPU by it
         identity = f"{os.getpid()}@{socket.gethostname()}/gpu{os.environ['CUDA_VISIBLE_DEVICES']}"
@@ -159,6 +160,7 @@ def _gpu_child_command(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    exit_on_bad_settings("worker.py")
     queues = {q.strip() for q in args.queues.split(",") if q.strip()}
     unknown = queues - {names.TASK_QUEUE, names.GPU_TASK_QUEUE}
     if unknown or not queues:

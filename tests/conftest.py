@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+from kernels.settings import settings
+
 # candidates run in the Triton interpreter on CI's CPU-only machines
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -23,7 +25,7 @@ def real_model_server(tmp_path_factory):
 
     missing = installed()
     if missing:
-        if os.environ.get("MARATHON_REAL_MODEL") == "1":
+        if settings().real_model:
             pytest.fail(f"MARATHON_REAL_MODEL=1 but the real model server is not installed: {missing}")
         pytest.skip(f"no real model server here: {missing}")
     with ModelServer(log=tmp_path_factory.mktemp("model-server") / "server.log") as server:

@@ -459,13 +459,16 @@ def _parents() -> dict[int, int]:
     return out
 
 
+SANDBOX_TOKEN_VAR = "MARATHON_SANDBOX"  # in every sandbox process's environment: its sandbox's token
+
+
 def process_tree(root_pid: int, token: str, orphans: bool = True) -> list[int]:
     """The sandbox's processes: descendants of root_pid, and any process whose environment carries
     the token (orphans of a fork bomb that called setsid land elsewhere in the tree)."""
     if not os.path.isdir("/proc"):
         return []
     parents = _parents()
-    marker = f"MARATHON_SANDBOX={token}".encode()
+    marker = f"{SANDBOX_TOKEN_VAR}={token}".encode()
     found = {root_pid} if root_pid in parents else set()
     grew = True
     while grew:

@@ -39,6 +39,7 @@ from kernels.evaluator.policy import check_source, module_violation
 from kernels.problems.spec import PROBLEM_NAMES, ProblemSpec, get_problem
 from kernels.evaluator.roofline import DeviceProfile, profile_for_gpu
 from kernels.evaluator.verdict import Gpu, KnownBaseline, ShapeResult, Timing, Verdict, device_label
+from kernels.settings import FENCE_FIELDS, FENCE_SWITCHES, exit_on_bad_settings, settings, variable
 
 SUSPECT_SPEEDUP = 10.0  # over the strongest baseline: flagged, not rejected
 FLOOR_MARGIN = 0.9  # a median under 90% of the roofline floor is physically implausible
@@ -49,10 +50,6 @@ BASELINE_TOLERANCE_FACTOR = 4.0
 LOG_TAIL_CHARS = 4000
 # Environment variables a candidate may see; everything else (keys, tokens) stays behind.
 PASS_ENV_PREFIXES = ("CUDA_", "TRITON_", "NVIDIA_", "LD_LIBRARY_PATH", "PATH", "LANG", "LC_")
-# Resource limits of the candidate's process tree (each can be set in the judge's environment).
-MAX_PROCESSES = int(os.environ.get("MARATHON_SANDBOX_MAX_PROCESSES", "16"))  # ptxas/gcc while compiling
-SCRATCH_QUOTA = int(os.environ.get("MARATHON_SANDBOX_DISK", str(4 * 2**30)))  # bytes under the scratch dir
-GPU_MEMORY_FRACTION = float(os.environ.get("MARATHON_SANDBOX_GPU_FRACTION", "0.8"))  # the judge keeps the rest
 POLL_S = 0.25  # how often the judge looks at the sandbox's processes, memory and disk while it waits
 # Bytes a float output must be off by, relative to max|ref|, for two runs of the same inputs with
 # different fills of fresh memory to count as "depends on uninitialised memory" rather than as
@@ -67,10 +64,6 @@ class Outcome(Exception):
     def __init__(self, status: str, reason: str) -> None:
         super().__init__(reason)
         self.status, self.reason = status, reason
-
-
-def _env_flag(name: str, default: bool = True) -> bool:
-    return os.environ.get(name, "1" if default else "0").strip().lower() not in ("0", "false", "no", "off", "")
 
 
 def profiler_env() -> dict[str, str]:
@@ -99,7 +92,7 @@ def candidate_env(device: str, scratch: Path, token: str) -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT)] + [p for p in sys.path if p and "site-packages" in p]),
         "TRITON_CACHE_DIR": triton_cache_dir(),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
-        "MARATHON_SANDBOX": token,  # marks every process of this sandbox, for the watchdog and the cleanup
+        isolation.SANDBOX_TOKEN_VAR: token,  # marks every process of this sandbox, for the watchdog and the cleanup
     })
     env.update(profiler_env())
     env.pop("TRITON_INTERPRET", None)
@@ -112,9 +105,9 @@ def candidate_env(device: str, scratch: Path, token: str) -> dict[str, str]:
 
 
 def triton_cache_dir() -> str:
-    path = os.environ.get("MARATHON_TRITON_CACHE", str(Path(tempfile.gettempdir()) / "marathon-triton-cache"))
+    path = settings().triton_cache_dir()
     os.makedirs(path, exist_ok=True)
-    return path
+    return str(path)
 
 
 def _limits(device: str):
@@ -125,6 +118,7 @@ def _limits(device: str):
     machines (error 304) when they came first."""
     import resource
     isolation.libc()  # load libc here: the child must not dlopen after fork
+    address_space = settings().sandbox_address_space  # read here: the child runs no more Python than it must
 
     def apply() -> None:
         isolation.set_parent_death_signal(signal.SIGKILL)
@@ -134,24 +128,14 @@ def _limits(device: str):
         except (ValueError, OSError):
             pass
         if device == "cpu":  # CUDA maps huge virtual ranges, so address-space limits are CPU-only
-            cap = int(os.environ.get("MARATHON_SANDBOX_ADDRESS_SPACE", str(12 * 2**30)))
-            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
     return apply
 
 
-FENCE_SWITCHES = {"seccomp": "MARATHON_SANDBOX_SECCOMP", "landlock": "MARATHON_SANDBOX_LANDLOCK",
-                  "landlock_reads": "MARATHON_SANDBOX_LANDLOCK_READS", "landlock_exec": "MARATHON_SANDBOX_LANDLOCK_EXEC",
-                  "pid_namespace": "MARATHON_SANDBOX_PIDNS", "netns": "MARATHON_SANDBOX_NETNS",
-                  "capabilities": "MARATHON_SANDBOX_DROP_CAPABILITIES"}
-
-
-def seal_mode() -> str:
-    """MARATHON_SANDBOX_SEAL: on (the default), off (tests of the fences alone), or report (the seal
-    ends nothing and its would-be kills become flags: for measuring what honest candidates do)."""
-    value = os.environ.get("MARATHON_SANDBOX_SEAL", "1").strip().lower()
-    if value == "report":
-        return "report"
-    return "off" if value in ("0", "false", "no", "off", "") else "on"
+def fence_on(name: str) -> bool:
+    """Whether the fence `name` (a key of FENCE_SWITCHES) is switched on now: the fence self-test may
+    have switched one off in this process."""
+    return getattr(settings(), FENCE_FIELDS[name])
 
 
 def fence_self_test(device: str) -> str:
@@ -161,7 +145,7 @@ def fence_self_test(device: str) -> str:
     fence that breaks honest GPU work here (a driver that writes somewhere unexpected, a compiler that
     forks) costs one probe, not every evaluation. The marker lives outside every path a candidate may write. Returns a note for the
     verdict. MARATHON_SANDBOX_SELF_TEST=0 skips it."""
-    if device != "cuda" or not _env_flag("MARATHON_SANDBOX_SELF_TEST"):
+    if device != "cuda" or not settings().sandbox_self_test:
         return ""
     folder = Path(tempfile.gettempdir()) / "marathon-fences"
     folder.mkdir(mode=0o700, exist_ok=True)
@@ -196,7 +180,7 @@ def _probe_fences(device: str) -> dict:
         with tempfile.TemporaryDirectory(prefix=confinement.scratch_prefix("marathon-fence-probe")) as tmp:
             req_path, out_path = Path(tmp) / "request.json", Path(tmp) / "verdict.json"
             req_path.write_text(req.model_dump_json())
-            env = {**os.environ, "MARATHON_SANDBOX_SELF_TEST": "0", **{FENCE_SWITCHES[n]: "0" for n in off}}
+            env = {**os.environ, variable("sandbox_self_test"): "0", **{FENCE_SWITCHES[n]: "0" for n in off}}
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
             try:
                 subprocess.run([sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)], env=env,
@@ -245,7 +229,7 @@ class CandidateProcess:
         self.inputs_dir.mkdir(exist_ok=True)
         self.workdir = scratch / ("work" if self.NAME == "candidate" else self.NAME)  # cwd, HOME, TMPDIR; outputs
         self.workdir.mkdir()
-        self.contained = _env_flag(FENCE_SWITCHES["pid_namespace"])
+        self.contained = fence_on("pid_namespace")
         read_fd, write_fd = os.pipe()
         self.log = open(self.log_path, "wb")
         entry = ["-m", "kernels.evaluator.contained", self.MODULE] if self.contained else ["-m", self.MODULE]
@@ -272,7 +256,7 @@ class CandidateProcess:
         """The fences' part of an assignment: the switches (read now: the fence self-test may have set
         them), what it may write and read (kernels/evaluator/fences.py adds the system's paths), and
         which programs it may start."""
-        switches = {name: int(_env_flag(var)) for name, var in FENCE_SWITCHES.items()}
+        switches = {name: int(fence_on(name)) for name in FENCE_SWITCHES}
         return {"seccomp": switches["seccomp"], "landlock": switches["landlock"],
                 "landlock_reads": switches["landlock_reads"], "landlock_exec": switches["landlock_exec"],
                 "netns": switches["netns"], "drop_capabilities": switches["capabilities"],
@@ -292,8 +276,8 @@ class CandidateProcess:
         toolchain = "triton" if self.device == "cuda" else "none"
         self.send({"nonce": self.nonce, "candidate": str(candidate), "entry": entry, "device": self.device,
                    **self.fence_assignment(toolchain),
-                   "gpu_memory_fraction": GPU_MEMORY_FRACTION if self.device == "cuda" else 0.0, "fsize": fsize,
-                   "seal": seal_mode(), **(problem or {})})
+                   "gpu_memory_fraction": settings().sandbox_gpu_fraction if self.device == "cuda" else 0.0,
+                   "fsize": fsize, "seal": settings().sandbox_seal, **(problem or {})})
 
     def send(self, cmd: dict) -> None:
         try:
@@ -306,9 +290,10 @@ class CandidateProcess:
         """One look at the sandbox's process tree; raises the verdict when it overstepped."""
         self.polls += 1
         pids = isolation.process_tree(self.proc.pid, self.token, orphans=self.polls % 4 == 0)
-        if len(pids) > MAX_PROCESSES:
+        limits = settings()
+        if len(pids) > limits.sandbox_max_processes:
             self.kill()
-            raise Outcome("rejected", f"{self.WHO} started {len(pids)} processes (limit {MAX_PROCESSES}): "
+            raise Outcome("rejected", f"{self.WHO} started {len(pids)} processes (limit {limits.sandbox_max_processes}): "
                           "a fork bomb, or work outside the sandbox's process; killed")
         rss = isolation.rss_bytes(pids)
         if rss > self.memory_cap:
@@ -316,10 +301,10 @@ class CandidateProcess:
             raise Outcome("crashed", f"{self.WHO} used {rss / 2**30:.1f} GiB of host memory (limit "
                           f"{self.memory_cap / 2**30:.0f} GiB) and was killed")
         used = _disk_usage(self.workdir) + _disk_usage(self.log_path)
-        if used > SCRATCH_QUOTA:
+        if used > limits.sandbox_disk:
             self.kill()
             raise Outcome("rejected", f"{self.WHO} wrote {used / 2**20:.0f} MiB under its scratch directory "
-                          f"(quota {SCRATCH_QUOTA / 2**20:.0f} MiB) and was killed")
+                          f"(quota {limits.sandbox_disk / 2**20:.0f} MiB) and was killed")
 
     def receive(self) -> dict:
         """The next reply, charging the wait to the candidate's budget."""
@@ -469,9 +454,6 @@ class ProblemProcess(CandidateProcess):
                    "param_seed": param_seed, "device": self.device, **self.fence_assignment("torch-compile")})
 
 
-PROBLEM_BUDGET_S = float(os.environ.get("MARATHON_PROBLEM_TIMEOUT_S", "300"))  # a file problem's code, all told
-
-
 def time_baseline(fn, ref: torch.Tensor, input_sets: list[dict], device: str, reps: int, warmup: int,
                   sync_reps: int, limit_rel: float) -> dict:
     """One baseline: checked against the reference on the first input set (a broken one is far off),
@@ -514,7 +496,7 @@ class RemoteFileProblem:
         problem_file.parent.mkdir(exist_ok=True)
         problem_file.write_text(self.spec.source)
         self.proc = ProblemProcess(self.device, scratch, self.spec.source)
-        self.proc.assign_problem(problem_file, self.spec.name, self.param_seed, PROBLEM_BUDGET_S, memory_cap)
+        self.proc.assign_problem(problem_file, self.spec.name, self.param_seed, settings().problem_timeout_s, memory_cap)
         try:
             fenced = self.proc.receive()
         except Outcome as outcome:
@@ -777,7 +759,7 @@ CLOCKED_INDEX = 1_000_000
 def test_profile() -> DeviceProfile | None:
     """MARATHON_TEST_DEVICE_PROFILE=name:bytes_per_s:flops_per_s makes the judge apply that roofline
     on any device (tests of the floor check); never set in production."""
-    text = os.environ.get("MARATHON_TEST_DEVICE_PROFILE")
+    text = settings().test_device_profile
     if not text:
         return None
     name, bw, flops = text.split(":")
@@ -864,7 +846,7 @@ class Judge:
                 ast.parse(self.req.source)
             except SyntaxError as exc:
                 raise Outcome("compile_error", f"syntax error at line {exc.lineno}: {exc.msg}") from None
-            if _env_flag("MARATHON_UNSAFE_SKIP_POLICY", default=False):
+            if settings().unsafe_skip_policy:
                 self.verdict.flags.append("the static policy was skipped (MARATHON_UNSAFE_SKIP_POLICY): "
                                           "a test of the run-time defences, never a real evaluation")
             else:
@@ -876,7 +858,7 @@ class Judge:
             with self._phase("fence_self_test"):
                 self_test = fence_self_test(self.device)
             if prestarted is not None and (prestarted.device != self.device
-                                           or prestarted.contained != _env_flag(FENCE_SWITCHES["pid_namespace"])):
+                                           or prestarted.contained != fence_on("pid_namespace")):
                 prestarted.close()  # started for another device, or (after the self-test) in the wrong namespace
                 prestarted = None
             with contextlib.ExitStack() as stack:
@@ -950,8 +932,7 @@ class Judge:
         return max(64 * 2**20, 2 * largest + 16 * 2**20)
 
     def _memory_cap(self) -> int:
-        default = 12 * 2**30 if self.device == "cpu" else 48 * 2**30
-        return int(os.environ.get("MARATHON_SANDBOX_MEMORY", str(default)))
+        return settings().sandbox_memory_bytes(self.device)
 
     @contextlib.contextmanager
     def _phase(self, name: str):
@@ -1077,7 +1058,7 @@ class Judge:
         if fenced.get("kind") != "fenced":
             raise Outcome("crashed", f"unexpected reply {fenced.get('kind')!r} on the result channel")
         self.verdict.sandbox.update(fenced.get("fences", {}))
-        self.verdict.sandbox["seal"] = seal_mode()
+        self.verdict.sandbox["seal"] = settings().sandbox_seal
         reply = candidate.reply()
         if reply["kind"] == "error":
             raise Outcome("compile_error", f"the candidate failed to import:\n{reply.get('error', '')}")
@@ -1555,7 +1536,8 @@ def main(argv: list[str]) -> int:
     # first: nothing this process starts may read its memory, environment or command line, and it
     # keeps no capability it does not need
     confinement.make_non_dumpable()
-    if isolation.capability_sets().get("CapEff", 0) and _env_flag(FENCE_SWITCHES["capabilities"]):
+    exit_on_bad_settings("marathon-judge")
+    if isolation.capability_sets().get("CapEff", 0) and fence_on("capabilities"):
         isolation.drop_capabilities(keep=JUDGE_CAPABILITIES, no_new_privs=False)
     prestarted, scratch = None, None
     try:
