@@ -20,8 +20,8 @@ from typing import Callable
 from activities.artifacts import ArtifactCorrupt, ArtifactStore, capped
 from activities.tools import source_text
 from kernels.evaluator.baseline_cache import BaselineCache
-from kernels.evaluator.confinement import judge_env, scratch_prefix
-from kernels.evaluator.evaluate import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, env_digest, evaluate
+from kernels.evaluator.confinement import PROFILER_BASE_ENV, env_digest, judge_env, scratch_prefix
+from kernels.evaluator.evaluate import PROJECT_ROOT, EvalRequest, evaluate
 from kernels.evaluator.verdict import Verdict
 from kernels.settings import settings
 from kernels.problems.tunables import TunablesError, read_tunables
@@ -33,7 +33,7 @@ from tasks.spec import TaskBundle
 from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
 from workflows.models import (EVAL_MODES, EvalDigest, EvalInput, EvalResult, RecordedVerdict, SourceRef, VerdictLookup,
                               verdict_scope)
-from workflows.labels import kv, shape_label
+from kernels.labels import kv, shape_label
 from workflows.yardstick import beats, geomean_latency
 
 NCU_METRICS = {
@@ -163,7 +163,7 @@ def ncu_metrics(req: EvalRequest, kernels: list[str], timeout_s: float = 600.0) 
         req_path, out_path = Path(tmp) / "request.json", Path(tmp) / "verdict.json"
         req_path.write_text(probe.model_dump_json())
         env = judge_env(tmp, PROJECT_ROOT)  # an allowlist of this worker's environment, as evaluate() gives
-        # what ncu adds to this environment the judge hands on to the candidate's process (judge.profiler_env)
+        # what ncu adds to this environment the judge hands on to the candidate's process (confinement.profiler_env)
         env[PROFILER_BASE_ENV] = json.dumps({k: env_digest(v) for k, v in env.items()})
         # clocks left alone: ncu would otherwise lock them to base, and durations would not match
         # the evaluator's timings

@@ -63,13 +63,13 @@ class ModelServer:
         self.base_url = ""
 
     def __enter__(self) -> "ModelServer":
-        from serving.dev_server import _die_with_parent
+        from kernels.evaluator.confinement import die_with_parent
 
         cmd = [sys.executable, "-m", "serving.model_server", "--port", "0", *self.args]
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=out, stdin=subprocess.DEVNULL,
                                      cwd=Path(__file__).resolve().parent.parent, text=True,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+                                     start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
         if self.log_path:
             out.close()
         found: list[str] = []

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from fake_openai import FakeOpenAI, Reply
+from serving.scripted_model import FakeOpenAI, Reply
 from marathon_support import ROOT
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.slow, pytest.mark.timeout(2400)]

@@ -31,13 +31,14 @@ import torch
 import triton
 
 from kernels.evaluator import confinement, gpu_quiet, isolation, timing
+from kernels.evaluator.timing import compare, time_baseline
 from kernels.evaluator.seal import SEAL_EXIT
 from kernels.evaluator.hostinfo import nvidia_driver
-from kernels.evaluator.evaluate import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, EvaluatorError, env_digest, source_sha256
-from kernels.evaluator.confinement import SECRET_WORDS
+from kernels.evaluator.evaluate import PROJECT_ROOT, EvalRequest, EvaluatorError, source_sha256
 from kernels.evaluator.policy import check_source, module_violation
 from kernels.problems.spec import PROBLEM_NAMES, ProblemSpec, get_problem
 from kernels.evaluator.roofline import DeviceProfile, profile_for_gpu
+from kernels.labels import shape_label
 from kernels.evaluator.verdict import Gpu, KnownBaseline, ShapeResult, Timing, Verdict, device_label
 from kernels.settings import FENCE_FIELDS, FENCE_SWITCHES, exit_on_bad_settings, settings, variable
 
@@ -48,8 +49,6 @@ FLOOR_MARGIN = 0.9  # a median under 90% of the roofline floor is physically imp
 # 1e-3 limit on 14 of 400 seeds), and dropping it for that made evaluations flaky.
 BASELINE_TOLERANCE_FACTOR = 4.0
 LOG_TAIL_CHARS = 4000
-# Environment variables a candidate may see; everything else (keys, tokens) stays behind.
-PASS_ENV_PREFIXES = ("CUDA_", "TRITON_", "NVIDIA_", "LD_LIBRARY_PATH", "PATH", "LANG", "LC_")
 POLL_S = 0.25  # how often the judge looks at the sandbox's processes, memory and disk while it waits
 # Bytes a float output must be off by, relative to max|ref|, for two runs of the same inputs with
 # different fills of fresh memory to count as "depends on uninitialised memory" rather than as
@@ -64,44 +63,6 @@ class Outcome(Exception):
     def __init__(self, status: str, reason: str) -> None:
         super().__init__(reason)
         self.status, self.reason = status, reason
-
-
-def profiler_env() -> dict[str, str]:
-    """The variables Nsight Compute put into the judge's environment (its injection library and how to
-    reach the profiler), for the candidate's process: without them the injected library that follows
-    child processes crashed the sandbox (SIGSEGV, on the H200 with every fence up and with each one
-    down). Only under ncu_metrics; never a variable whose name looks like a secret, never ours
-    (MARATHON_*, PROFILER_BASE_ENV included)."""
-    base = os.environ.get(PROFILER_BASE_ENV)
-    if not base:
-        return {}
-    try:
-        digests = json.loads(base)
-    except ValueError:
-        return {}
-    return {k: v for k, v in os.environ.items()
-            if digests.get(k) != env_digest(v) and not k.startswith("MARATHON_")
-            and not any(w in k.upper() for w in SECRET_WORDS)}
-
-
-def candidate_env(device: str, scratch: Path, token: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k.startswith(PASS_ENV_PREFIXES) and not any(w in k.upper() for w in SECRET_WORDS)}
-    env.update({
-        "HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT)] + [p for p in sys.path if p and "site-packages" in p]),
-        "TRITON_CACHE_DIR": triton_cache_dir(),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
-        isolation.SANDBOX_TOKEN_VAR: token,  # marks every process of this sandbox, for the watchdog and the cleanup
-    })
-    env.update(profiler_env())
-    env.pop("TRITON_INTERPRET", None)
-    # a candidate autotunes afresh: its cache directory is shared with other candidates, and a cached
-    # pick from one of them must not steer another (the judge's own baselines do cache, elsewhere)
-    env.pop("TRITON_CACHE_AUTOTUNING", None)
-    if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"
-    return env
 
 
 def triton_cache_dir() -> str:
@@ -246,7 +207,7 @@ class CandidateProcess:
         self.assigned = False  # unassigned, it is killed on close: it has nothing to finish
 
     def environment(self) -> dict[str, str]:
-        return candidate_env(self.device, self.workdir, self.token)
+        return confinement.sandbox_env(self.device, self.workdir, self.token, PROJECT_ROOT, triton_cache_dir())
 
     def caches(self) -> list[str]:
         """Compiler caches it may write besides its folder: Triton's, shared by the candidates."""
@@ -452,24 +413,6 @@ class ProblemProcess(CandidateProcess):
         self.assigned = True
         self.send({"nonce": self.nonce, "problem_file": str(problem_file), "problem_name": name,
                    "param_seed": param_seed, "device": self.device, **self.fence_assignment("torch-compile")})
-
-
-def time_baseline(fn, ref: torch.Tensor, input_sets: list[dict], device: str, reps: int, warmup: int,
-                  sync_reps: int, limit_rel: float) -> dict:
-    """One baseline: checked against the reference on the first input set (a broken one is far off),
-    then timed as candidates are. {"kind": "timed", "timing"} | {"kind": "disagrees", "rel"} |
-    {"kind": "failed", "error"}. Run by the judge for shipped problems and by a file problem's process
-    for its own baselines."""
-    try:
-        with torch.no_grad():
-            rel, _, finite = compare(fn(**input_sets[0]), ref)
-        if not finite or rel > limit_rel:
-            return {"kind": "disagrees", "rel": rel}
-        with torch.no_grad():
-            raw = timing.time_fn(fn, input_sets, device, reps, warmup, **({"sync_reps": sync_reps} if sync_reps else {}))
-    except Exception as exc:  # a broken optional baseline is reported, never fatal
-        return {"kind": "failed", "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-    return {"kind": "timed", "timing": raw}
 
 
 class RemoteFileProblem:
@@ -720,17 +663,6 @@ def gpu_info() -> Gpu | None:
     if not torch.cuda.is_available():
         return None
     return Gpu(name=torch.cuda.get_device_name(), driver=nvidia_driver())
-
-
-def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, bool]:
-    """(relative L2 error, max abs error, finite) of out against the fp32 reference."""
-    out = out.to(ref.device, torch.float32)
-    finite = bool(torch.isfinite(out).all())
-    if not finite:
-        return math.inf, math.inf, False
-    diff = out - ref
-    rel = (diff.norm() / ref.norm().clamp_min(1e-30)).item()
-    return rel, diff.abs().max().item(), True
 
 
 def probe_value(rng: random.Random, lo: int, hi: int, log: bool) -> int:
@@ -1028,7 +960,7 @@ class Judge:
         if not finite or rel > self.tolerance.rel or max_abs > bound:
             why = "NaN or Inf in the output" if not finite else (
                 f"rel_err {rel:.3g} (limit {self.tolerance.rel:g}), max_abs_err {max_abs:.3g} (limit {bound:.3g})")
-            raise Outcome("incorrect", f"wrong answer at {_fmt(shape)}, {what}: {why}")
+            raise Outcome("incorrect", f"wrong answer at {shape_label(shape)}, {what}: {why}")
 
     def _reproducible(self, shape, out: torch.Tensor, again: torch.Tensor, ref: torch.Tensor) -> None:
         """Two runs on the same inputs, fresh memory filled with 0xFF and then 0x7B: a kernel that
@@ -1038,11 +970,11 @@ class Judge:
         diff = (again.float() - out.float()).abs().nan_to_num(math.inf).max().item()
         bound = REPRODUCIBLE_FRAC * ref.abs().max().item()
         if diff <= bound:
-            note = f"the output is not bitwise reproducible at {_fmt(shape)} (max diff {diff:.3g}): atomics?"
+            note = f"the output is not bitwise reproducible at {shape_label(shape)} (max diff {diff:.3g}): atomics?"
             if note not in self.verdict.flags:
                 self.verdict.flags.append(note)
             return
-        raise Outcome("incorrect", f"the output depends on uninitialised memory: at {_fmt(shape)} two runs on the "
+        raise Outcome("incorrect", f"the output depends on uninitialised memory: at {shape_label(shape)} two runs on the "
                       f"same inputs, with fresh memory filled with 0x{FILL_A:02X} and then 0x{FILL_B:02X}, differ by "
                       f"up to {diff:.3g} (a kernel reads memory it never wrote, or leaves output unwritten)")
 
@@ -1245,7 +1177,7 @@ class Judge:
             if not finite or rel > self.tolerance.rel or max_abs > bound:
                 why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
                 raise Outcome("incorrect", f"the output of timed call {i} ({where.get(i)} phase, fresh inputs in "
-                              f"refilled buffers) at {_fmt(shape)} is wrong ({why}): outputs of timed calls are "
+                              f"refilled buffers) at {shape_label(shape)} is wrong ({why}): outputs of timed calls are "
                               "re-checked, so cached, replayed or skipped work fails here")
             del out, ref
 
@@ -1329,7 +1261,7 @@ class Judge:
                 rel, max_abs, finite = compare(out, ref)
                 if not finite or rel > self.tolerance.rel or max_abs > self.tolerance.abs_frac * ref.abs().max().item():
                     why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
-                    raise Outcome("incorrect", f"the output of a call timed by the judge at {_fmt(shape)} is wrong ({why}): "
+                    raise Outcome("incorrect", f"the output of a call timed by the judge at {shape_label(shape)} is wrong ({why}): "
                                   "its inputs took fresh values when the clock started")
                 outs.append(out)
                 del inputs, ref
@@ -1337,7 +1269,7 @@ class Judge:
             digest = timing.batch_digest(outs, da, db, weights)
             claimed = reply["digest"]
             if not isinstance(claimed, (int, float)) or abs(claimed - digest) > 1e-6 * (abs(digest) + 1.0):
-                raise Outcome("rejected", f"the outputs saved after the calls timed by the judge at {_fmt(shape)} are not "
+                raise Outcome("rejected", f"the outputs saved after the calls timed by the judge at {shape_label(shape)} are not "
                               "the ones their reply described when the clock stopped: the answers were computed afterwards")
             del outs
         result.timing.judge_clock_us = round(min(per_call), 3)
@@ -1379,11 +1311,11 @@ class Judge:
         else:  # the interpreter on a shared CPU: calls vary severalfold; only a gross misreport is caught
             limit, flag, what = 20 * claimed + overhead + 50_000.0, math.inf, "made eagerly"
         if judge_us > limit:
-            raise Outcome("rejected", f"at {_fmt(shape)} the judge's own clock saw {judge_us:.1f} us per call ({n} calls "
+            raise Outcome("rejected", f"at {shape_label(shape)} the judge's own clock saw {judge_us:.1f} us per call ({n} calls "
                           f"{what}, back to back, round trip included) where the sandbox reported {claimed:.1f} us "
                           "per call: the reported time is not the time the calls take (a timer or its statistics patched?)")
         if self.device == "cuda" and judge_us > flag:
-            self.verdict.flags.append(f"at {_fmt(shape)}: {judge_us:.1f} us per call by the judge's clock ({what}, round "
+            self.verdict.flags.append(f"at {shape_label(shape)}: {judge_us:.1f} us per call by the judge's clock ({what}, round "
                                       f"trip included) against {claimed:.1f} us reported: check the timing")
 
     def _wall_check(self, result: ShapeResult, shape, wall_us: float) -> None:
@@ -1392,10 +1324,10 @@ class Judge:
         # the synchronised wall clock also holds the launch overhead (Python, the torch-op monitor,
         # Triton's launcher: tens of us) and two synchronisations: the margins leave honest launchers be
         if wall_us > 5 * event_us + 2000:
-            raise Outcome("rejected", f"at {_fmt(shape)} a call takes {wall_us:.0f} us by the wall clock between full "
+            raise Outcome("rejected", f"at {shape_label(shape)} a call takes {wall_us:.0f} us by the wall clock between full "
                           f"device synchronisations but {event_us:.1f} us by its stream's events: work hidden from the clock")
         if wall_us > 3 * event_us + 300:
-            self.verdict.flags.append(f"at {_fmt(shape)}: {wall_us:.0f} us by the synchronised wall clock against "
+            self.verdict.flags.append(f"at {shape_label(shape)}: {wall_us:.0f} us by the synchronised wall clock against "
                                       f"{event_us:.1f} us by events: check for work outside the stream")
 
     def _speed_checks(self, result: ShapeResult, shape) -> None:
@@ -1407,12 +1339,12 @@ class Judge:
             result.floor_us = round(traffic.floor_us(self.profile), 4)
             result.roofline_pct = round(100.0 * result.floor_us / result.latency_us, 2) if result.latency_us > 0 else math.inf
             if result.latency_us < FLOOR_MARGIN * result.floor_us:
-                raise Outcome("rejected", f"{result.latency_us:.2f} us at {_fmt(shape)} is under the {self.profile.name} "
+                raise Outcome("rejected", f"{result.latency_us:.2f} us at {shape_label(shape)} is under the {self.profile.name} "
                               f"roofline floor of {result.floor_us:.2f} us: physically implausible, so suspect")
         if result.speedup and (self.device == "cuda" or self.profile is not None):
             best = min(result.speedup.values())
             if best > SUSPECT_SPEEDUP:
-                self.verdict.flags.append(f"{best:.1f}x faster than the strongest baseline at {_fmt(shape)}: "
+                self.verdict.flags.append(f"{best:.1f}x faster than the strongest baseline at {shape_label(shape)}: "
                                           "suspect, check it")
 
     def _known_baselines(self, shape) -> dict[str, KnownBaseline]:
@@ -1466,7 +1398,7 @@ class Judge:
             sp = ", ".join(f"{v:.2f}x vs {k}" for k, v in r.speedup.items())
             if not sp and self.req.baselines:  # asked for, none timed: say so where a digest keeps it
                 sp = "no baseline could be timed: see the flags"
-            parts.append(f"{_fmt(r.shape)}: {r.latency_us:.1f} us" + (f" ({sp})" if sp else ""))
+            parts.append(f"{shape_label(r.shape)}: {r.latency_us:.1f} us" + (f" ({sp})" if sp else ""))
         note = "" if self.verdict.timing_meaningful else " [CPU interpreter: times not meaningful]"
         return "correct on every shape; " + "; ".join(parts) + note
 
@@ -1487,10 +1419,6 @@ def _timing(raw: dict) -> Timing:
                   graph_median_us=round(timing.summarize(graph)["median_us"], 3) if graph else None,
                   graph_error=raw.get("graph_error"),
                   sync_wall_us=round(statistics.median(raw["sync_wall_us"]), 3) if raw.get("sync_wall_us") else None)
-
-
-def _fmt(shape: dict[str, int]) -> str:
-    return ",".join(f"{k}={v}" for k, v in shape.items())
 
 
 AWAIT_REQUEST = "--await-request"  # started ahead of need: the request's paths come later, on stdin

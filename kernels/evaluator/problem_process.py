@@ -24,7 +24,7 @@ import torch
 
 from kernels.evaluator import confinement
 from kernels.evaluator import fences as sandbox_fences
-from kernels.evaluator.judge import time_baseline
+from kernels.evaluator.timing import time_baseline
 from kernels.problems.kernelbench_runtime import FileReference
 
 ASSIGNMENT_DEFAULTS = {"problem_file": None, "problem_name": None, "param_seed": 0, "device": None, "seccomp": 1,
