@@ -23,6 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from temporalio.client import Client
+from temporalio.service import TLSConfig
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
@@ -39,8 +40,27 @@ from workflows.suite import KernelSuite
 
 
 # ------------------------------------------------------------------------------ client, workers
+def _tls_and_key() -> tuple[TLSConfig | bool, str | None]:
+    """How to reach a Temporal server beyond loopback (docs/threat-model.md): (m)TLS from the files
+    MARATHON_TEMPORAL_TLS_CA, MARATHON_TEMPORAL_TLS_CERT and MARATHON_TEMPORAL_TLS_KEY name, and an API key
+    from the variable MARATHON_TEMPORAL_API_KEY_ENV names (Temporal Cloud). None of them set: plain TCP, as
+    to `marathon dev` on 127.0.0.1."""
+    s = settings()
+    ca, cert, key = s.temporal_tls_ca, s.temporal_tls_cert, s.temporal_tls_key
+    api_key_env = s.temporal_api_key_env
+    api_key = os.environ.get(api_key_env) if api_key_env else None
+    if not (ca or cert or key):
+        return bool(api_key), api_key  # an API key travels over TLS only
+    if bool(cert) != bool(key):
+        raise RuntimeError("MARATHON_TEMPORAL_TLS_CERT and MARATHON_TEMPORAL_TLS_KEY go together (mTLS)")
+    read = lambda p: Path(p).read_bytes() if p else None  # noqa: E731
+    return TLSConfig(server_root_ca_cert=read(ca), client_cert=read(cert), client_private_key=read(key)), api_key
+
+
 async def connect(address: str, namespace: str = "default") -> Client:
-    return await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
+    tls, api_key = _tls_and_key()
+    return await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter, tls=tls,
+                                api_key=api_key)
 
 
 @dataclass

@@ -31,6 +31,7 @@ from tasks.measure import TaskBroken
 from tasks.measure import measure as measure_task
 from tasks.spec import TaskBundle
 from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
+from workflows.records import TASK_BASELINE
 from workflows.models import (EVAL_MODES, EvalDigest, EvalInput, EvalResult, RecordedVerdict, SourceRef, VerdictLookup,
                               verdict_scope)
 from kernels.labels import kv, shape_label
@@ -68,7 +69,6 @@ def eval_request(inp: EvalInput, source: str, cache: BaselineCache | None = None
                        baselines=s.baselines, known_baselines=known)
 
 
-TASK_BASELINE = "the task's own files"
 
 
 def digest(tool: str, verdict: Verdict, artifact: str | None) -> EvalDigest:
@@ -111,7 +111,7 @@ def describe(tool: str, attempt: int, verdict: Verdict, ncu: dict | None = None)
                 parts.append(f"CUDA graph {r.timing.graph_median_us:.2f} us")
         for name, ratio in r.speedup.items():
             age = r.baselines_reused.get(name)
-            parts.append(f"{ratio:.3f}x vs {name} ({r.baselines.get(name, 0):.2f} us"
+            parts.append(f"{ratio:.3g}x vs {name} ({r.baselines.get(name, 0):.2f} us"
                          + (f", timed {age:.0f} s ago on this worker)" if age is not None else ")"))
         if r.roofline_pct is not None:
             parts.append(f"{r.roofline_pct:.1f}% of roofline (floor {r.floor_us:.2f} us)")
@@ -204,7 +204,8 @@ def run_eval(inp: EvalInput, store: ArtifactStore, heartbeat: Callable[[], None]
         return _run_task(inp, source, store, heartbeat, recorded_by)
     req = eval_request(inp, source, cache)
     verdict = evaluate(req, heartbeat=heartbeat, judge_grace_s=600.0)
-    if cache is not None and inp.problem_source is None:
+    # a CPU's baseline figures are interpreter noise: never reused
+    if cache is not None and inp.problem_source is None and verdict.timing_meaningful:
         cache.learn(inp.problem, inp.settings.device, verdict)
     artifact = store.put(verdict.model_dump_json(indent=2))
     if recorded_by and verdict.ok and verdict.mode == "full":

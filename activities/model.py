@@ -9,7 +9,10 @@ for), never the key:
   401, 403                                                               -> ModelAuthError, non-retryable;
   400 saying the prompt is over the model's context                     -> ModelContextLength, non-retryable;
   any other 4xx (bad request, not found, ...)                            -> non-retryable.
-The key is read from os.environ[settings.api_key_env] here, in the worker process, and nowhere else."""
+The key is read from os.environ[settings.api_key_env] here, in the worker process, and nowhere else,
+and sent only where the worker allows that variable to go (`may_send`): a run's input names both the
+variable and the endpoint, and whoever can start a run must not be able to have a worker send one of
+its secrets to a host of their choosing."""
 from __future__ import annotations
 
 import email.utils
@@ -18,11 +21,13 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from compaction.text import one_line
+from kernels.settings import settings
 from workflows.models import AgentTurnInput, AgentTurnResult, ModelSettings
 
 RETRYABLE_STATUS = {408, 409, 429}
@@ -33,10 +38,65 @@ CONTEXT_WORDS = ("context length", "context_length", "context window", "maximum 
                  "prompt is too long", "max_model_len", "context size", "exceed_context_size")
 _clients: dict[tuple, openai.OpenAI] = {}
 _clients_lock = threading.Lock()
+OPENAI_URL = "https://api.openai.com/v1"
+# Where a worker sends a key: (variable, endpoint prefix) pairs. OpenAI's key to OpenAI by default; the
+# worker's MARATHON_MODEL_KEYS adds others ("VAR=URL VAR2=URL2"), and `marathon run`'s embedded worker
+# the pair its own user chose (allow_key).
+DEFAULT_KEY_DESTINATIONS = (("OPENAI_API_KEY", OPENAI_URL),)
+_allowed: list[tuple[str, str]] = []
+
+
+def allow_key(variable: str, base_url: str | None) -> None:
+    """Let this process send `variable` to `base_url` (the embedded worker of a run its user started)."""
+    _allowed.append((variable, base_url or OPENAI_URL))
+
+
+def key_destinations() -> list[tuple[str, str]]:
+    pairs = list(DEFAULT_KEY_DESTINATIONS) + _allowed
+    for item in (settings().model_keys or "").replace(";", " ").split():
+        variable, sep, url = item.partition("=")
+        if sep and variable and url:
+            pairs.append((variable, url))
+    return pairs
+
+
+ANY_PORT = -2  # an allowed destination written HOST:* (a local server on a port of the day)
+
+
+def _endpoint(url: str) -> tuple[str, str, int | None, str]:
+    any_port = "://" in url and urlsplit(url).netloc.endswith(":*")
+    parts = urlsplit(url.replace(":*", "", 1) if any_port else url)
+    scheme = parts.scheme.lower()
+    try:
+        port = ANY_PORT if any_port else (parts.port or {"https": 443, "http": 80}.get(scheme))
+    except ValueError:
+        port = -1  # a malformed port matches nothing
+    return scheme, (parts.hostname or "").lower(), port, parts.path.rstrip("/") + "/"
+
+
+def may_send(variable: str, base_url: str | None) -> bool:
+    """Whether this worker sends `variable`'s value to `base_url`: the same scheme, host and port (or any
+    port, for HOST:*) as an allowed destination, and a path beneath its path."""
+    scheme, host, port, path = _endpoint(base_url or OPENAI_URL)
+    if port == ANY_PORT:
+        return False  # a run's endpoint names its port
+    for allowed_var, allowed_url in key_destinations():
+        a_scheme, a_host, a_port, a_path = _endpoint(allowed_url)
+        if (allowed_var == variable and (scheme, host) == (a_scheme, a_host) and a_port in (port, ANY_PORT)
+                and path.startswith(a_path)):
+            return True
+    return False
 
 
 def _client(settings: ModelSettings) -> openai.OpenAI:
     key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
+    if key and not may_send(settings.api_key_env, settings.base_url):
+        raise ApplicationError(
+            f"this worker does not send {settings.api_key_env} to {settings.base_url or OPENAI_URL}: a run's input "
+            f"cannot choose where a worker's secrets go. To allow it, start the worker with "
+            f"MARATHON_MODEL_KEYS='{settings.api_key_env}={settings.base_url or OPENAI_URL}' in its environment "
+            f"(an endpoint that needs no key: run with an empty api_key_env)",
+            type="ModelConfigError", non_retryable=True)
     if not key:
         if settings.base_url is None:
             raise ApplicationError(

@@ -14,6 +14,7 @@ from kernels.problems.tunables import TunablesError, read_tunables
 from tasks import document as task_document
 from tasks import tunables as task_tunables
 from kernels.labels import kv
+from workflows.records import TASK_BASELINE
 from workflows.models import (Attempt, EditInput, ListInput, NoteInput, PrepareInput, RunSetup, ShowInput,
                               SourceRef, ToolResult, WriteInput)
 
@@ -25,8 +26,8 @@ def prepare_task(inp: PrepareInput, store: ArtifactStore) -> RunSetup:
     start = task_document.join(bundle.starting_files())
     found = task_tunables.read_tunables(bundle, start)
     return RunSetup(problem=bundle.spec.name, entry_point="", statement=task_statement(bundle),
-                    kernel_label="the task's own files", start=source_ref(start, store, inp.inline_source_cap),
-                    device="cpu", shape_set=None, shapes=[], baselines=["the task's own files"],
+                    kernel_label=TASK_BASELINE, start=source_ref(start, store, inp.inline_source_cap),
+                    device="cpu", shape_set=None, shapes=[], baselines=[TASK_BASELINE],
                     tunables={k: list(v) for k, v in found[0].items()} if found else None,
                     config=found[1] if found else None, task_key=store.put(bundle.model_dump_json()))
 
@@ -149,7 +150,7 @@ def show_kernel(inp: ShowInput, store: ArtifactStore) -> ToolResult:
 def _attempt_row(a: Attempt, best: int | None, current: int | None) -> str:
     e = a.best_eval() or (a.evals[-1] if a.evals else None)
     mark = ("*" if a.n == best else " ") + (">" if a.n == current else " ")
-    speed = f"{e.speedup:.3f}x vs {e.baseline}" if e and e.speedup is not None else "-"
+    speed = f"{e.speedup:.3g}x vs {e.baseline}" if e and e.speedup is not None else "-"
     lat = f"{e.latency_us:.1f}us" if e and e.latency_us is not None else "-"
     origin = a.origin + (f" of {a.parent}" if a.parent is not None else "")
     cfg = " " + kv(a.config) if a.config else ""

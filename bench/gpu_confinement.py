@@ -1,7 +1,7 @@
 """On a GPU: the confinement of the evaluator's processes (kernels/evaluator/fences.py, isolation.py,
 confinement.py, gpu_quiet.py), with a canary key in this (non-dumpable) process's environment.
 
-    python bench/gpu_confinement.py [--out bench/results/gpu_confinement.json]
+    python bench/gpu_confinement.py [--out FILE]   (a record: bench/record_verdict.py; the committed one: bench/results/h200/gpu_confinement.json)
 
 1. The MLA starter through evaluate(), every fence up: status ok, which fences took (reads and
    programs allowlisted, the PID namespace), the fence self-test's note, the gpu_wait phase.
@@ -121,7 +121,7 @@ def escape_run(kind: str, key: str, device: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu_confinement.json"))
+    ap.add_argument("--out", default=str(ROOT / ".marathon" / "bench" / "gpu_confinement.json"))
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="cpu: a dry run of the script (no foreign-process part, small shapes)")
     args = ap.parse_args()

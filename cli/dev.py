@@ -15,6 +15,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
     from workflows import names
 
     state = _state_dir(args.state_dir)
+    if args.ip not in ("127.0.0.1", "::1", "localhost"):
+        print(f"marathon dev: warning: serving on {args.ip} with no authentication: anyone who reaches it can start "
+              "runs on these workers and send them signals. Beyond loopback, use a Temporal server with mTLS or an "
+              "API key (docs/threat-model.md).", file=sys.stderr)
     server = DevServer(port=args.port, ui_port=args.ui_port, db=state / DEV_DB, ip=args.ip,
                        log=state / "temporal.log")
     lock = DatabaseLock(state / DEV_DB)  # `marathon runs` and `report` then ask this server, not the file
@@ -46,7 +50,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def add_parser(sub) -> None:
     dev = sub.add_parser("dev", help="the Temporal dev server (SQLite state, Web UI) and the workers")
     dev.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
-    dev.add_argument("--ip", default="127.0.0.1")
+    dev.add_argument("--ip", default="127.0.0.1",
+                     help="the address the server listens on; beyond loopback it has no authentication (a warning says so)")
     dev.add_argument("--port", type=PORT, default=7233)
     dev.add_argument("--ui-port", type=PORT, default=8233)
     dev.add_argument("--artifacts", default=None, help="default: STATE/artifacts")

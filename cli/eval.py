@@ -40,9 +40,10 @@ def cmd_eval_task(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.task:
         return cmd_eval_task(args)
-    if not (args.problem and args.kernel):
-        print("marathon eval: give --problem and --kernel (or --task DIR for a task)", file=sys.stderr)
+    if args.patch:
+        print("marathon eval: --patch goes with --task", file=sys.stderr)
         return 2
+    args.kernel = args.kernel or "starter"
     try:
         shapes = [parse_shape(s) for s in args.shape]
         name, problem_source = resolve_problem(args.problem)

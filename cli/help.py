@@ -60,6 +60,8 @@ UNSET_MEANS = {  # what a flag whose default is "not given" does then, where its
     "--reps": "the judge's, by device and kernel time",
     "--problem": "every problem",  # `runs`; elsewhere --problem is required
     "--since": "any age",
+    "--patch": "none: the task's own files, or --kernel's text",
+    "--kernel": "the starter (with --problem); the task's own files (with --task)",
 }
 
 COMMAND_HELP = {  # `marathon --help`: one line each; `marathon COMMAND --help` has the rest

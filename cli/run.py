@@ -141,6 +141,9 @@ async def _run_async(args: argparse.Namespace, spec) -> int:
         spec = await _fit_parallel(client, spec, args.address is None, out)
         workers = None
         if args.address is None:
+            if spec.model.configured and spec.model.api_key_env:  # this process is the worker: its user chose both
+                from activities.model import allow_key
+                allow_key(spec.model.api_key_env, spec.model.base_url)
             workers = worker.build_workers(client, task_queue=args.task_queue, gpu_task_queue=args.gpu_task_queue,
                                            store=ArtifactStore(args.artifacts or state / "artifacts"))
             worker_task = asyncio.create_task(workers.run())

@@ -44,6 +44,17 @@ MERGED_LINE_CHARS = 10_000  # a merged line (see compaction.summarize) at most t
 
 FIGURES_HEADER = "## Live figures"
 
+# The candidate policy's allowlist in words (kernels/evaluator/policy.py; tests/test_policy.py keeps the
+# two in step).
+RULES_SUMMARY = (
+    "The evaluator accepts a candidate only within an allowlist: imports of torch, triton and "
+    "triton.language, math, and named parts of functools, itertools, operator, typing and dataclasses; "
+    "torch only to allocate, view, copy and cast tensors (and nn.Module/nn.Parameter for module "
+    "problems); no str.format, match, global/nonlocal, yield, attributes starting with an underscore, "
+    "getattr/setattr/eval/exec/open; triton.autotune and triton.Config without hooks (pre_hook, "
+    "prune_configs_by, ...). "
+    "A refused source gets a line naming what it used.")
+
 DEFAULT_SYSTEM_PROMPT = """\
 You are a GPU kernel engineer on a long, unattended optimization run. You improve one Triton kernel \
 against a measured target, one tool call at a time, for up to a day and a thousand tool calls.
@@ -52,12 +63,13 @@ How to work:
 - Implement the algorithm yourself in Triton. Importing third-party kernel libraries (flash-linear-\
 attention, flash-attn, xformers, flashinfer) or computing the answer with torch operations is \
 rejected.
+- {rules}
 - Only kernels with an `ok` verdict count. Compile, test for correctness, then profile.
 - Every change is a hypothesis: say what you expect, change one thing, measure, and keep it only if \
 the measurement says so.
 - Read the memory below before acting. It is the compacted record of everything earlier in the run: \
 do not repeat a failed approach unless you have a new reason, and build on what worked.
-- Older turns are not shown; the memory and the goal block below are authoritative."""
+- Older turns are not shown; the memory and the goal block below are authoritative.""".format(rules=RULES_SUMMARY)
 
 
 TASK_SYSTEM_PROMPT = """\
@@ -112,7 +124,7 @@ def figures_text(figures: LiveFigures) -> str:
     else:
         parts = []
         if f.best_speedup is not None:
-            parts.append(f"{_num(f.best_speedup)}x vs the strongest baseline")
+            parts.append(f"{f.best_speedup:.3g}x vs the strongest baseline")
         if f.best_latency_us is not None:
             parts.append(f"{_num(f.best_latency_us, 1)} us")
         if f.best_attempt is not None:

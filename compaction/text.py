@@ -13,4 +13,4 @@ def one_line(text: Any, limit: int) -> str:
 
 def speedups_text(speedups: dict[str, float]) -> str:
     """Speedups by baseline, as "1.23x vs torch, 0.98x vs fla", baselines in name order."""
-    return ", ".join(f"{v:.2f}x vs {k}" for k, v in sorted(speedups.items()))
+    return ", ".join(f"{v:.3g}x vs {k}" for k, v in sorted(speedups.items()))

@@ -46,6 +46,20 @@ class Settings(BaseModel):
                                               "`ncu` on PATH, else the newest under /opt/nvidia/nsight-compute")
     task_cache: Path | None = Field(None, description="where a worker keeps each task's prepared folder; "
                                                       "default <temp dir>/marathon-task-cache")
+    model_keys: str | None = Field(None, max_length=8192, description="where this worker may send a model key "
+                                   "besides OpenAI's key to api.openai.com: `VAR=URL VAR2=URL2` (space- or "
+                                   "`;`-separated; `http://HOST:*` allows any port of HOST); a run's input cannot "
+                                   "choose where a worker's secrets go")
+    temporal_tls_ca: Path | None = Field(None, description="TLS to the Temporal server: the CA certificate (PEM) "
+                                                           "that signed the server's; default the system's roots")
+    temporal_tls_cert: Path | None = Field(None, description="mTLS: this client's certificate (PEM), with "
+                                                             "MARATHON_TEMPORAL_TLS_KEY")
+    temporal_tls_key: Path | None = Field(None, description="mTLS: this client's private key (PEM), with "
+                                                            "MARATHON_TEMPORAL_TLS_CERT")
+    temporal_api_key_env: str | None = Field(None, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                                             description="the name of the variable that holds an API key for the "
+                                                         "Temporal server (Temporal Cloud); the key travels over "
+                                                         "TLS only")
     model_server_verbosity: int = Field(3, ge=0, le=10, description="llama.cpp's log verbosity in "
                                         "serving/model_server.py (the real model server of the tests)")
 
@@ -150,6 +164,7 @@ INTERNAL = {
     "MARATHON_TEST_ECHO": "a canary value the fence drills expect scrubbed from verdicts (tests, bench)",
     "MARATHON_GPU_SETUP": "bench/gpu_measurements.sh: a command run first on a fresh GPU host",
     "MARATHON_STATE_ARCHIVE": "bench/gpu_measurements.sh: the state folder a tuner-kda-start packed",
+    "MARATHON_TEST_KEY": "tests: the variable that holds the scripted model's key (a run's api_key_env)",
 }
 
 

@@ -245,7 +245,7 @@ def _read_histories(segments: list[tuple[str, Any]]) -> _HistoryFacts:
                     v = res.verdict
                     who = worker_name(started_by.get(a.scheduled_event_id) or "?", v.device, v.gpu.name if v.gpu else "")
                     facts.eval_workers[who] = facts.eval_workers.get(who, 0) + 1
-                    if any(r.latency_us is not None for r in v.shapes):
+                    if any(r.latency_us is not None for r in v.shapes) or v.metric is not None:
                         facts.timed = v.timing_meaningful
                 if name in names.EVAL_TOOLS and isinstance(inp, dict) and not _sweep_check(inp, facts.spec):
                     facts.evals.append((_when(ev), int(inp.get("attempt", -1)), res))
@@ -428,4 +428,5 @@ async def collect(client: Client, workflow_id: str, store: ArtifactStore | None 
                     if hist.result is not None and hist.result.best_sweep else None),
         notebook=notebook, notes=notes, agents=agents,
         evaluations_by_worker=dict(sorted(by_worker.items())),
-        timed=hist.timed if hist.timed is not None else (False if spec and spec.eval.device == "cpu" else None))
+        timed=hist.timed if hist.timed is not None else (
+            None if spec and spec.task else False if spec and spec.eval.device == "cpu" else None))

@@ -80,7 +80,8 @@ def progress_png(facts: RunFacts) -> str | None:
         if key == "hours":
             ax.xaxis.set_major_formatter(FormatStrFormatter("%.3g"))
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("speedup, worst shape vs strongest baseline" if what == "speedup"
+    axes[0].set_ylabel(f"{facts.task.spec.metric.read}: times better than the task's own files" if facts.task
+                       else "speedup, worst shape vs strongest baseline" if what == "speedup"
                        else "latency, geometric mean over shapes (lower is better)")
     axes[0].yaxis.set_major_formatter(FuncFormatter(
         lambda y, _: fmt.speedup(y) if what == "speedup" else fmt.duration_us(y)))
@@ -88,7 +89,8 @@ def progress_png(facts: RunFacts) -> str | None:
         axes[0].set_ylim(bottom=min(0.0, floor) - 0.04 * max(ok_values))
     axes[1].legend(loc="best", fontsize=8)
     failures = any(e.status != "ok" for e in facts.evaluations)
-    fig.suptitle("best " + ("speedup" if what == "speedup" else "latency") + " so far; every evaluation a point"
+    fig.suptitle("best " + ("gain over the task's own files" if facts.task else "speedup" if what == "speedup"
+                            else "latency") + " so far; every evaluation a point"
                  + (" (failures on the " + ("zero line" if what == "speedup" else "top line") + ")" if failures else "")
                  + ("\nCPU interpreter times: noise, not a speed" if facts.cpu else ""),
                  fontsize=10, color="#bf360c" if facts.cpu else "black")

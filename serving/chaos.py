@@ -253,7 +253,7 @@ async def run_case(case: str, tmp: Path, timeout_s: float = 240.0) -> Outcome:
     if case not in CASES:
         raise ValueError(f"unknown case {case!r}; cases: {', '.join(CASES)}")
     state = tmp / "state-a"
-    env = {KEY_ENV: KEY}
+    env = {KEY_ENV: KEY, "MARATHON_MODEL_KEYS": f"{KEY_ENV}=http://127.0.0.1:*"}  # the scripted endpoint
     if case == "store-full":
         env["MARATHON_ARTIFACTS_QUOTA_BYTES"] = str(QUOTA)
     cluster = Cluster(state, env)

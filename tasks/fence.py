@@ -43,6 +43,7 @@ class CommandResult:
     output: str  # stdout and stderr together, the tail past OUTPUT_CAP
     timed_out: bool = False
     fences: dict[str, bool] = field(default_factory=dict)
+    network_attempts: int = 0  # sockets to a network the command tried to open (each refused)
 
     @property
     def ok(self) -> bool:
@@ -98,7 +99,8 @@ def run_fenced(command: str, workdir: Path, timeout_s: float, network: bool = Fa
     timed_out = timed_out or bool(facts.get("timed_out"))
     return CommandResult(exit_code=None if timed_out else facts.get("exit_code", proc.returncode),
                          wall_s=float(facts.get("wall_s", time.monotonic() - t0)), output=text,
-                         timed_out=timed_out, fences=facts.get("fences", {}))
+                         timed_out=timed_out, fences=facts.get("fences", {}),
+                         network_attempts=int(facts.get("network_attempts", 0)))
 
 
 def readable_paths() -> list[str]:
@@ -110,6 +112,85 @@ def readable_paths() -> list[str]:
         if p and os.path.isdir(p):
             paths.append(p)
     return paths
+
+
+# --- seeing network attempts: a seccomp filter whose socket(AF_INET/AF_INET6) calls the launcher answers --
+# The command's processes cannot reach a network anyway (their namespace has none); the launcher also
+# counts their attempts, so that a candidate that tries is rejected, not merely failed.
+_SECCOMP_NR = {"x86_64": (0xC000003E, 41, 317), "aarch64": (0xC00000B7, 198, 277)}  # arch, socket, seccomp
+SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER = 1, 1 << 3
+RET_ALLOW, RET_USER_NOTIF = 0x7FFF0000, 0x7FC00000
+NOTIF_RECV, NOTIF_SEND = 0xC0502100, 0xC0182101  # SECCOMP_IOCTL_NOTIF_{RECV,SEND}
+AF_INET, AF_INET6 = 2, 10
+
+
+def _network_listener() -> int | None:
+    """Install the filter (after no_new_privs) and return its listener's fd, or None where it cannot be."""
+    import platform
+    import struct
+    arch = _SECCOMP_NR.get(platform.machine())
+    if arch is None:
+        return None
+    audit, nr_socket, nr_seccomp = arch
+    ld, jeq, ret = 0x20, 0x15, 0x06
+    ins = lambda code, jt, jf, k: struct.pack("HBBI", code, jt, jf, k)  # noqa: E731
+    prog = b"".join([
+        ins(ld, 0, 0, 4), ins(jeq, 0, 5, audit),       # another ABI: allowed (jumps land on the ALLOW below)
+        ins(ld, 0, 0, 0), ins(jeq, 0, 3, nr_socket),
+        ins(ld, 0, 0, 16), ins(jeq, 2, 0, AF_INET), ins(jeq, 1, 0, AF_INET6),
+        ins(ret, 0, 0, RET_ALLOW), ins(ret, 0, 0, RET_USER_NOTIF)])
+    buf = ctypes.create_string_buffer(prog, len(prog))
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = Fprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    lc = isolation.libc()
+    lc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    fd = lc.syscall(nr_seccomp, ctypes.c_uint(SECCOMP_SET_MODE_FILTER),
+                    ctypes.c_uint(SECCOMP_FILTER_FLAG_NEW_LISTENER), ctypes.byref(fprog))
+    return fd if fd >= 0 else None
+
+
+def _answer_network_attempt(fd: int, attempts: list[int]) -> None:
+    """The launcher's side: one attempt counted and refused (EACCES)."""
+    import errno
+    import fcntl
+    import struct
+    buf = bytearray(80)  # struct seccomp_notif
+    try:
+        fcntl.ioctl(fd, NOTIF_RECV, buf, True)
+    except OSError:
+        return
+    attempts.append(struct.unpack_from("I", buf, 8)[0])
+    try:  # struct seccomp_notif_resp: id, val, error, flags
+        fcntl.ioctl(fd, NOTIF_SEND, bytearray(struct.pack("QqiI", struct.unpack_from("Q", buf, 0)[0], 0,
+                                                           -errno.EACCES, 0)), True)
+    except OSError:
+        pass
+
+
+def _wait(pid: int, listener: int | None, attempts: list[int]) -> int:
+    """The command's exit status, answering its network attempts meanwhile. No thread: a process that
+    made a PID namespace for its children may not start one (so: poll on a pidfd and the listener)."""
+    import select
+    if listener is None:
+        return os.waitpid(pid, 0)[1]
+    pidfd = os.pidfd_open(pid)
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    poller.register(listener, select.POLLIN)
+    try:
+        while True:
+            for fd, event in poller.poll():
+                if fd == pidfd:
+                    return os.waitpid(pid, 0)[1]
+                if event & select.POLLIN:
+                    _answer_network_attempt(listener, attempts)
+                elif event & (select.POLLHUP | select.POLLERR):
+                    poller.unregister(listener)
+    finally:
+        os.close(pidfd)
 
 
 # --- the launcher (python -m tasks.fence FD WORKDIR NETWORK COMMAND) ---------------------------------
@@ -126,7 +207,8 @@ def _private_proc() -> bool:
     return lc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
 
 
-def _child(workdir: str, command: str, env: dict[str, str], mount_ns: bool, network: bool, fences_fd: int) -> None:
+def _child(workdir: str, command: str, env: dict[str, str], mount_ns: bool, network: bool, fences_fd: int,
+           listener_sock) -> None:
     """PID 1 of the namespace: the fences that need no namespace, then exec the shell. What took is
     written to `fences_fd`, which closes on exec."""
     isolation.set_parent_death_signal(signal.SIGKILL)
@@ -137,6 +219,14 @@ def _child(workdir: str, command: str, env: dict[str, str], mount_ns: bool, netw
                                                        tcp=network) > 0
     if os.geteuid() == 0:
         fences["capabilities_dropped"] = isolation.drop_capabilities()
+    if not network:  # (setup may use the network: nothing to count there)
+        listener = _network_listener()
+        fences["network_watch"] = listener is not None
+        import socket
+        socket.send_fds(listener_sock, [b"x"], [listener] if listener is not None else [])
+        if listener is not None:
+            os.close(listener)
+    listener_sock.close()
     os.write(fences_fd, json.dumps(fences).encode())
     os.chdir(workdir)
     os.execve("/bin/sh", ["sh", "-c", command], env)
@@ -152,6 +242,8 @@ def main(argv: list[str]) -> int:
     if not network:
         fences["network_namespace"] = root and _unshare(CLONE_NEWNET)
     fences_r, fences_w = os.pipe2(os.O_CLOEXEC)
+    import socket
+    parent_sock, child_sock = socket.socketpair()  # the filter's listener comes back through it
     timed_out = []
 
     def time_up(signum, frame) -> None:
@@ -164,15 +256,28 @@ def main(argv: list[str]) -> int:
         try:
             os.close(report_fd)
             os.close(fences_r)
-            _child(workdir, command, env, fences["mount_namespace"], network, fences_w)
+            parent_sock.close()
+            _child(workdir, command, env, fences["mount_namespace"], network, fences_w, child_sock)
         finally:
             os._exit(127)
     os.close(fences_w)
+    child_sock.close()
+    attempts: list[int] = []
+    listener = None
+    if not network:
+        try:
+            _, fds, _, _ = socket.recv_fds(parent_sock, 1, 1)
+        except OSError:
+            fds = []
+        listener = fds[0] if fds else None
+    parent_sock.close()
     signal.signal(signal.SIGALRM, time_up)
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
-    _, status = os.waitpid(pid, 0)  # retried by Python after the alarm's handler
+    status = _wait(pid, listener, attempts)  # retried by Python after the alarm's handler
     wall = time.monotonic() - t0
     signal.setitimer(signal.ITIMER_REAL, 0)
+    if listener is not None:
+        os.close(listener)
     with os.fdopen(fences_r) as f:
         try:
             fences.update(json.loads(f.read() or "{}"))
@@ -180,7 +285,8 @@ def main(argv: list[str]) -> int:
             pass
     code = None if timed_out else os.waitstatus_to_exitcode(status)
     with os.fdopen(report_fd, "w") as f:
-        json.dump({"exit_code": code, "wall_s": wall, "timed_out": bool(timed_out), "fences": fences}, f)
+        json.dump({"exit_code": code, "wall_s": wall, "timed_out": bool(timed_out), "fences": fences,
+                   "network_attempts": len(attempts)}, f)
     return 0
 
 

@@ -50,6 +50,12 @@ def gain(spec_direction: str, read: str, baseline: float, value: float, repeat: 
     return (value + eps) / (baseline + eps)
 
 
+def overlap(samples: list[float], baseline: list[float]) -> bool:
+    """Whether two sets of runs overlap in range: then their medians' ratio does not tell the two
+    apart. Not for a failure rate, whose runs are each 0 or 1."""
+    return len(samples) > 1 and min(samples) <= max(baseline) and min(baseline) <= max(samples)
+
+
 def _tail(text: str, n: int = TAIL) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
@@ -163,6 +169,8 @@ def measure(bundle: TaskBundle, document: str | None, cache_root: Path, *, mode:
             beat()
             g = run_fenced(spec.guard.command, cand, spec.timeout_s)
             metric.guard_tail = _tail(g.output)
+            if g.network_attempts:
+                return _done(verdict, t0, "rejected", _offline(g.network_attempts, "its guard"))
             if g.timed_out:
                 return _done(verdict, t0, "timeout", f"the guard timed out after {spec.timeout_s:g} s")
             if not g.ok:
@@ -182,6 +190,11 @@ def measure(bundle: TaskBundle, document: str | None, cache_root: Path, *, mode:
                     beat()
                     result = run_fenced(spec.metric.command, base if which == "baseline" else cand, spec.timeout_s)
                     verdict.sandbox.update(result.fences)
+                    if result.network_attempts and which == "candidate":
+                        return _done(verdict, t0, "rejected", _offline(result.network_attempts, "the metric command"))
+                    if result.network_attempts:
+                        raise TaskBroken(f"task {spec.name}: its own files open network connections; a task's "
+                                         "commands run offline (fetch what they need in its setup)")
                     value = read_metric(spec.metric.read, result)
                     if which == "candidate":
                         verdict.log_tail = _tail(result.output)
@@ -200,6 +213,11 @@ def measure(bundle: TaskBundle, document: str | None, cache_root: Path, *, mode:
             metric.samples, metric.baseline_samples = samples["candidate"], samples["baseline"]
             metric.value, metric.baseline = agg(metric.samples), agg(metric.baseline_samples)
             metric.gain = round(gain(spec.metric.direction, spec.metric.read, metric.baseline, metric.value, n), 6)
+            if spec.metric.read != "failure_rate" and overlap(metric.samples, metric.baseline_samples) and metric.gain != 1:
+                verdict.flags.append(
+                    f"within the noise: the candidate's runs ({min(metric.samples):.4g}-{max(metric.samples):.4g}) "
+                    f"and the task's own ({min(metric.baseline_samples):.4g}-{max(metric.baseline_samples):.4g}) "
+                    f"overlap, so the {metric.gain:.3g}x may be the machine's drift, not the change")
         changed = sorted(k for k, v in _fixed_digests(bundle, cand).items() if v != fixed.get(k))
         if changed:
             return _done(verdict, t0, "rejected",
@@ -214,6 +232,11 @@ def measure(bundle: TaskBundle, document: str | None, cache_root: Path, *, mode:
         reason = (f"{spec.metric.read}: {metric.value:.4g}{unit} against {metric.baseline:.4g}{unit} for the "
                   f"task's own files ({metric.gain:.3g}x), medians of {n} interleaved runs")
     return _done(verdict, t0, "ok", reason)
+
+
+def _offline(attempts: int, what: str) -> str:
+    return (f"the candidate opened a network connection while {what} ran ({attempts} attempt(s), each refused): "
+            "a task's commands run offline")
 
 
 def _done(verdict: Verdict, t0: float, status: str, reason: str) -> Verdict:

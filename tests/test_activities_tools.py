@@ -77,7 +77,7 @@ def test_show_list_note(store):
                         evals=[EvalDigest(tool="profile_kernel", mode="full", status="ok", reason="", speedup=1.25,
                                           baseline="torch", latency_us=10.0)])]
     listed = tools.list_attempts(ListInput(attempts=attempts, total=2, best=1, current=1), store)
-    assert "1.250x vs torch" in listed.text and "edit of 0" in listed.text and "BLOCK_S=16" in listed.text
+    assert "1.25x vs torch" in listed.text and "edit of 0" in listed.text and "BLOCK_S=16" in listed.text
     assert tools.note(NoteInput(workflow_id="w", seq=1, text="keep kv in smem"), store).ok
     assert not tools.note(NoteInput(workflow_id="w", seq=2, text=" "), store).ok
 
@@ -163,7 +163,7 @@ def test_verdict_digest_and_description():
     assert d.speedup == 1.1 and d.baseline == "torch" and d.speedups == {"torch": 1.1, "torch_compile": 1.2}
     assert d.latency_us == 20.0 and d.roofline_pct == 20.0
     text = describe("profile_kernel", 2, v)
-    assert text.startswith("profile attempt 2: OK") and "2.000x vs torch" in text and "20.0% of roofline" in text
+    assert text.startswith("profile attempt 2: OK") and "2x vs torch" in text and "20.0% of roofline" in text
 
 
 def test_parse_call():
@@ -191,6 +191,7 @@ def test_retry_after_parsing():
 
 def test_model_errors_map_to_temporal_retry_semantics(monkeypatch):
     monkeypatch.setenv("MARATHON_TEST_KEY", "sk-test")
+    monkeypatch.setenv("MARATHON_MODEL_KEYS", "MARATHON_TEST_KEY=http://127.0.0.1:*")  # the worker lets it go there
     replies = {0: completion("thinking", [("note", {"text": "x"})], prompt_tokens=77, completion_tokens=5),
                1: error(429, retry_after=1.5), 2: error(500), 3: error(503), 4: error(408), 5: error(409),
                6: error(400), 7: error(401), 8: error(404), 9: Reply(body=b"<html>not json</html>"),
@@ -277,3 +278,29 @@ def test_ncu_metrics_reruns_the_judge_under_ncu(monkeypatch, tmp_path):
     assert name == "_mla_decode_one_head"
     # one call of the candidate in the sandbox (no reference), which the judge reported as fine
     assert metrics == {"duration_ns": "compile", "registers_per_thread": "ok", "l2_hit_pct": "True"}, json.dumps(found)
+
+
+def test_a_key_goes_only_where_the_worker_lets_it(monkeypatch):
+    """A run's input names the key's variable and the endpoint: a worker sends a key only to a destination
+    its own environment allows, so a run cannot have a worker send its secrets to a host of the run's choosing."""
+    from activities.model import may_send
+    monkeypatch.setenv("MARATHON_TEST_KEY", "sk-canary-destination")
+    monkeypatch.delenv("MARATHON_MODEL_KEYS", raising=False)
+    assert may_send("OPENAI_API_KEY", None) and may_send("OPENAI_API_KEY", "https://api.openai.com/v1/")
+    for url in ("https://api.openai.com.evil.example/v1", "http://api.openai.com/v1", "https://api.openai.com:444/v1",
+                "https://evil.example/v1", "https://api.openai.com/v10"):
+        assert not may_send("OPENAI_API_KEY", url), url
+    assert not may_send("MARATHON_TEST_KEY", "https://api.openai.com/v1")
+    monkeypatch.setenv("MARATHON_MODEL_KEYS", "MARATHON_TEST_KEY=http://127.0.0.1:*/v1")
+    assert may_send("MARATHON_TEST_KEY", "http://127.0.0.1:8123/v1") and not may_send("MARATHON_TEST_KEY", "http://127.0.0.2:8123/v1")
+    monkeypatch.delenv("MARATHON_MODEL_KEYS")
+    with FakeOpenAI(lambda t, d, r: completion("hi")) as fake:
+        s = ModelSettings(model="m", base_url=fake.base_url, api_key_env="MARATHON_TEST_KEY", request_timeout_s=5)
+        with pytest.raises(ApplicationError) as info:
+            chat_completion(s, [{"role": "user", "content": "x"}])
+        assert info.value.non_retryable and info.value.type == "ModelConfigError"
+        assert "MARATHON_MODEL_KEYS" in str(info.value) and "sk-canary-destination" not in str(info.value)
+        assert fake.seen == []  # nothing was sent
+        monkeypatch.setenv("MARATHON_MODEL_KEYS", f"OTHER=https://x.example MARATHON_TEST_KEY={fake.base_url}")
+        assert chat_completion(s, [{"role": "user", "content": "x"}]) is not None
+        assert len(fake.seen) == 1

@@ -82,7 +82,10 @@ def test_the_judge_reuses_only_matching_figures_and_says_so():
 
 
 @pytest.mark.slow
-def test_a_second_profile_on_the_same_worker_reuses_the_first_ones_baselines(tmp_path):
+def test_a_second_profile_on_a_cpu_times_its_baselines_again(tmp_path):
+    """A CPU's baseline figures are interpreter noise (one torch call read 48 ms once, ~0.1 ms elsewhere):
+    the worker never keeps them, so each profile times its own (on a GPU they are kept and reused:
+    test_the_judge_reuses_only_matching_figures_and_says_so)."""
     from kernels.problems.spec import get_problem, resolve_kernel
     _, source = resolve_kernel(get_problem("mla_decode"), "starter")
     ref = SourceRef(sha256=hashlib.sha256(source.encode()).hexdigest(), text=source, lines=source.count("\n"))
@@ -91,12 +94,10 @@ def test_a_second_profile_on_the_same_worker_reuses_the_first_ones_baselines(tmp
     store = ArtifactStore(tmp_path)
     cache = BaselineCache(ttl_s=600)
     first = run_eval(inp, store, cache=cache)
-    assert first.verdict.ok and all(r.baselines_reused == {} for r in first.verdict.shapes)
+    assert first.verdict.ok and not first.verdict.timing_meaningful
     second = run_eval(inp.model_copy(update={"attempt": 2}), store, cache=cache)
-    assert second.verdict.ok
-    for a, b in zip(first.verdict.shapes, second.verdict.shapes):
-        assert b.baselines == a.baselines and set(b.baselines_reused) == set(a.baselines)
-    assert "s ago on this worker" in second.text
+    assert second.verdict.ok and all(r.baselines_reused == {} for r in second.verdict.shapes)
+    assert cache.known("mla_decode", "cpu") == []
 
 
 def test_a_verdict_whose_baselines_all_failed_says_so_in_its_reason():

@@ -43,7 +43,8 @@ def shape(**dims: int) -> tuple:
 
 MLA = (shape(B=1, H=2, S=40),)
 KDA = (shape(B=1, T=20, H=1, K=16, V=16),)
-MLA_LONG = (shape(B=1, H=1, S=2048),)  # long enough for low-precision accumulation to show
+MLA_LONG = (shape(B=1, H=1, S=2048),)
+MLA_FORGE = (shape(B=1, H=2, S=1024),)  # long enough for low-precision accumulation to show
 KDA_LONG = (shape(B=1, T=160, H=1, K=16, V=16),)
 CUDA = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
 BYPASS = {"MARATHON_UNSAFE_SKIP_POLICY": "1"}
@@ -103,11 +104,12 @@ S = dict(static=True, status="rejected")
 LAYERING = [
     Case("mla_escape_pause_monitor", "rejected", "torch computed part of the answer", bypass=True),
     Case("mla_escape_read_file", "rejected", "on open of /etc/hostname", bypass=True),
-    Case("mla_escape_read_file", "rejected"),  # with the policy on too: caught by whichever layer comes first
+    Case("mla_escape_read_file", "rejected", "'match' statement", static=True),  # with the policy on: the policy
     Case("mla_escape_ctypes", "rejected", "on ctypes.dlopen", bypass=True),
     Case("mla_escape_gc", "rejected", "on gc.get_objects", bypass=True),
     Case("mla_escape_shell", "rejected", "seal ended", bypass=True),
-    Case("mla_escape_forge_timer", "rejected", "judge's own clock", mode="full", bypass=True),
+    # long enough that a call's real time (~0.3 s interpreted) stands well past the CPU's wide allowance
+    Case("mla_escape_forge_timer", "rejected", "judge's own clock", mode="full", bypass=True, shapes=MLA_FORGE),
     Case("mla_read_secrets", "rejected", "import of os", bypass=True),
     Case("mla_frame_walk", "rejected", "of gi_frame", bypass=True),
     Case("mla_patch_timer", "rejected", "changed the harness", bypass=True),

@@ -425,3 +425,15 @@ def test_tunables_roundtrip():
     rewritten = with_config(source, configs[-1])
     assert read_tunables(rewritten) == (tunables, configs[-1])
     assert check_source(rewritten, "mla_decode") == []
+
+
+def test_the_models_instructions_name_what_the_policy_allows():
+    """The model is told the allowlist (compaction.prompt.RULES_SUMMARY): every import root the policy
+    allows is named there, and a rule the policy enforces is not contradicted."""
+    from compaction.prompt import DEFAULT_SYSTEM_PROMPT, RULES_SUMMARY
+    from kernels.evaluator import policy
+    assert RULES_SUMMARY in DEFAULT_SYSTEM_PROMPT
+    for root in policy.IMPORT_ROOTS:
+        assert root in RULES_SUMMARY, root
+    for refused in ("str.format", "match", "global", "yield", "underscore"):
+        assert refused in RULES_SUMMARY, refused

@@ -209,6 +209,25 @@ def test_the_run_table_on_a_cpu():
     assert "chosen by its speedup, noise on a CPU (attempt 1 had the lowest interpreter time, 40.2 ms)" in crowned
 
 
+def test_the_run_table_of_a_task_names_its_ratio_not_latencies():
+    from cli.tables import run_report_table
+    from workflows.models import Attempt, EvalDigest, RunReport, TokenUsage
+    from workflows.records import TASK_BASELINE
+    ledger = [Attempt(n=n, origin="start" if n == 0 else "tuner", sha256="0" * 64, config={"membership": kind},
+                      evals=[EvalDigest(tool="measure", mode="full", status="ok", reason="ok", speedup=gain,
+                                        baseline=TASK_BASELINE, speedups={TASK_BASELINE: gain})])
+              for n, (kind, gain) in enumerate((("list", 1.0), ("set", 4.8)))]
+    rep = RunReport(workflow_id="w", problem="slow_suite", policy="tuner", stop_reason="search space exhausted",
+                    tool_calls=3, turns=2, attempts=2, continue_as_new=0, compactions=0, hours=0.01,
+                    tokens=TokenUsage(), best=None, ledger=ledger)
+    text = run_report_table(rep)
+    assert "times better than the task's own files on its metric" in text
+    assert "latency" not in text and "shapes" not in text
+    assert "4.8x vs the task's own files" in text
+    kernel = run_report_table(run_report({0: cpu_verdict()}, 0))
+    assert "latency is the geometric mean over the shapes" in kernel
+
+
 def test_the_verdict_table_on_a_gpu():
     from cli.tables import CPU_LINE, verdict_table
     v = gpu_verdict()

@@ -12,10 +12,12 @@ import pytest
 from kernels.settings import FENCE_SWITCHES, INTERNAL, Settings, SettingsError, markdown_table, settings, variable
 
 ROOT = Path(__file__).resolve().parent.parent
-# What ships or is documented: every MARATHON_* name in it must be declared in kernels/settings.py.
+# What ships, is documented, tests it or runs its CI: every MARATHON_* name in it must be declared in
+# kernels/settings.py, and read through it.
 PRODUCT = ["kernels", "activities", "workflows", "compaction", "reports", "cli", "serving", "tasks", "bench", "deploy",
-           "docs", "worker.py", "marathon.py", "README.md"]
+           "docs", "tests", ".ci", "worker.py", "marathon.py", "README.md"]
 NAME = re.compile(r"\bMARATHON_[A-Z0-9_]*[A-Z0-9]")
+SUFFIXES = (".py", ".md", ".sh", ".toml", ".service", ".j2", ".jinja", ".yml", ".yaml", "")
 
 
 def _product_files():
@@ -23,7 +25,7 @@ def _product_files():
         path = ROOT / entry
         files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
         for f in files:
-            if f.suffix in (".py", ".md", ".sh", ".toml", ".service", ".j2", ".jinja") and "__pycache__" not in f.parts:
+            if f.suffix in SUFFIXES and "__pycache__" not in f.parts:
                 yield f
 
 
@@ -46,7 +48,7 @@ def test_every_marathon_name_is_declared_once():
 
 def test_switches_are_read_only_through_the_model():
     """No reader of its own: os.environ.get / os.getenv / os.environ[...] reads of a MARATHON_ name."""
-    read = re.compile(r"""(environ\.get|getenv)\(\s*["']MARATHON_|environ\[\s*["']MARATHON_[A-Z_]+["']\s*\](?!\s*=[^=])""")
+    read = re.compile(r"""(environ\.get|getenv)\(\s*f?["']MARATHON_|environ\[\s*f?["']MARATHON_[A-Z_]*["']\s*\](?!\s*=[^=])""")
     offenders = [f"{f.relative_to(ROOT)}:{i}" for f in _product_files() if f.suffix == ".py"
                  for i, line in enumerate(f.read_text().splitlines(), 1)
                  if read.search(line) and not line.strip().startswith("del ")]
@@ -73,6 +75,7 @@ def test_defaults_types_and_bounds():
     ("MARATHON_SANDBOX_GPU_FRACTION", "0", "greater than 0"),
     ("MARATHON_SANDBOX_SEAL", "maybe", "'on', 'off' or 'report'"),
     ("MARATHON_TEST_DEVICE_PROFILE", "H200:fast", "name:bytes_per_s:flops_per_s"),
+    ("MARATHON_TEMPORAL_API_KEY_ENV", "MY KEY", "should match pattern"),
 ])
 def test_a_bad_value_is_one_line_naming_the_variable(name, value, words):
     with pytest.raises(SettingsError) as err:
@@ -86,6 +89,30 @@ def test_read_at_the_point_of_use(monkeypatch):
     assert settings().sandbox_max_processes == 15
     monkeypatch.setenv("MARATHON_SANDBOX_MAX_PROCESSES", "17")
     assert settings().sandbox_max_processes == 17
+
+
+def test_the_temporal_connection_is_read_through_the_model(monkeypatch, tmp_path):
+    """worker.connect's TLS files and API key variable: none set is plain TCP; a key alone is TLS with the
+    system's roots; a client certificate needs its key; the files are read as the variables name them."""
+    import worker
+
+    for name in ("MARATHON_TEMPORAL_TLS_CA", "MARATHON_TEMPORAL_TLS_CERT", "MARATHON_TEMPORAL_TLS_KEY",
+                 "MARATHON_TEMPORAL_API_KEY_ENV"):
+        monkeypatch.delenv(name, raising=False)
+    assert worker._tls_and_key() == (False, None)
+    monkeypatch.setenv("MARATHON_TEMPORAL_API_KEY_ENV", "MARATHON_TEST_KEY")
+    monkeypatch.setenv("MARATHON_TEST_KEY", "tc-key")
+    assert worker._tls_and_key() == (True, "tc-key")
+    (tmp_path / "ca.pem").write_bytes(b"ca")
+    (tmp_path / "cert.pem").write_bytes(b"cert")
+    monkeypatch.setenv("MARATHON_TEMPORAL_TLS_CA", str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("MARATHON_TEMPORAL_TLS_CERT", str(tmp_path / "cert.pem"))
+    with pytest.raises(RuntimeError, match="go together"):
+        worker._tls_and_key()
+    (tmp_path / "key.pem").write_bytes(b"key")
+    monkeypatch.setenv("MARATHON_TEMPORAL_TLS_KEY", str(tmp_path / "key.pem"))
+    tls, key = worker._tls_and_key()
+    assert (tls.server_root_ca_cert, tls.client_cert, tls.client_private_key, key) == (b"ca", b"cert", b"key", "tc-key")
 
 
 @pytest.mark.parametrize("command", [[sys.executable, "marathon.py", "runs", "--address", "127.0.0.1:9"],

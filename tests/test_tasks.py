@@ -192,3 +192,20 @@ def test_fenced_command_reads_only_the_system_and_its_folder(tmp_path):
     (work / "mine.txt").write_text("mine\n")
     r = run_fenced(f"cat mine.txt; cat {secret}; python3 -c 'print(1 + 1)'", work, 30)
     assert "mine" in r.output and "private" not in r.output and "2" in r.output.split()
+
+
+@ROOT_ONLY
+def test_a_candidate_that_opens_a_network_connection_is_rejected(tmp_path):
+    bundle = load_task(EXAMPLES / "slow_suite")
+    reaches_out = bundle.files["src/catalog.py"] + (
+        "\nimport socket\ntry:\n    socket.create_connection(('198.51.100.7', 443), timeout=1)\nexcept OSError:\n    pass\n")
+    v = measure(bundle, doc.join({"src/catalog.py": reaches_out}), tmp_path / "cache")
+    assert v.status == "rejected" and "network connection" in v.reason, v.reason
+    assert v.sandbox.get("network_watch") is True
+
+
+def test_runs_that_overlap_are_called_noise_not_a_gain():
+    from tasks.measure import overlap
+    assert overlap([0.30, 0.41, 0.35], [0.37, 0.40, 0.36])  # the same files on a busy machine
+    assert not overlap([0.07, 0.09, 0.08], [0.37, 0.40, 0.36])  # a real gain: the ranges stand apart
+    assert not overlap([1399.0], [2311.0]) and not overlap([5.0], [5.0])  # one run each: nothing to tell

@@ -20,6 +20,10 @@ class SourceRef(BaseModel):
     lines: int = 0
 
 
+# what a task's attempts are measured against (its metric's ratio), where a kernel names a baseline
+TASK_BASELINE = "the task's own files"
+
+
 class EvalDigest(BaseModel):
     """One evaluation of an attempt, small enough to keep a thousand of."""
     tool: str

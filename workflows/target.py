@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import names
     from kernels.labels import shape_label
     from workflows.models import Attempt, EvalInput, EvalResult, PrepareInput, RunSetup
+    from workflows.records import TASK_BASELINE
 
 from workflows.dispatch import ToolDispatch
 from workflows.run import Run, short
@@ -131,7 +132,7 @@ class TaskTarget(KernelTarget):
         if start_eval is not None and start_eval.status == "ok":
             target += f"; the task's own files: {short(start_eval.reason, 200)}"
         return Goal(problem=setup.problem, statement=setup.statement, target=target,
-                    baselines=["the task's own files"], shapes="(a task: no shapes)", device="cpu", kind="task")
+                    baselines=[TASK_BASELINE], shapes="(a task: no shapes)", device="cpu", kind="task")
 
     async def check_best(self) -> None:
         return None

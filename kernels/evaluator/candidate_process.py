@@ -687,6 +687,10 @@ def main(argv: list[str] | None = None) -> int:
     if not callable(fn):
         reply({"kind": "error", "compile": True, "fatal": True, "error": f"the module defines no callable {args.entry}"})
         return 0
+    if not args.problem_file and type(fn) is not types.FunctionType:  # an object whose methods the harness would call
+        reply({"kind": "error", "compile": True, "fatal": True,
+               "error": f"{args.entry} must be a plain function (def {args.entry}(...)), not {type(fn).__name__}"})
+        return 0
     new_modules = sorted(set(sys.modules) - modules_before - {CANDIDATE_MODULE})
     if args.problem_file:  # the problem's own imports are not the candidate's
         try:

@@ -778,6 +778,8 @@ class Judge:
                 ast.parse(self.req.source)
             except SyntaxError as exc:
                 raise Outcome("compile_error", f"syntax error at line {exc.lineno}: {exc.msg}") from None
+            except (RecursionError, MemoryError, ValueError) as exc:  # nested past the parser's depth, NUL bytes
+                raise Outcome("compile_error", f"the source cannot be parsed: {type(exc).__name__}") from None
             if settings().unsafe_skip_policy:
                 self.verdict.flags.append("the static policy was skipped (MARATHON_UNSAFE_SKIP_POLICY): "
                                           "a test of the run-time defences, never a real evaluation")
@@ -1136,7 +1138,8 @@ class Judge:
             with self._phase("baselines"):
                 self._baselines(result, input_sets)
         for name, us in result.baselines.items():
-            result.speedup[name] = round(us / result.latency_us, 4) if result.latency_us > 0 else math.inf
+            # four significant figures: a CPU's 0.000912x must not round to 0.0009x
+            result.speedup[name] = float(f"{us / result.latency_us:.4g}") if result.latency_us > 0 else math.inf
         self._speed_checks(result, shape)
 
     def _wait_for_quiet_gpu(self, candidate) -> None:
