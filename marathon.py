@@ -9,6 +9,7 @@ from cli import dev, problem, report, run, schedule, suite
 from cli import eval as eval_command
 from cli.args import Parser
 from cli.help import complete
+from kernels.settings import exit_on_bad_settings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    exit_on_bad_settings("marathon")
     return args.func(args)
 
 

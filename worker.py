@@ -32,6 +32,7 @@ from activities.compaction import compact
 from activities.registry import MarathonActivities
 from kernels.evaluator.confinement import make_non_dumpable, remove_stale_scratch
 from kernels.evaluator.evaluate import JUDGES
+from kernels.settings import exit_on_bad_settings, settings
 from serving.gpus import CHILD_ENV, GpuWorkers, visible_gpus
 from workflows import names
 from workflows.kernel_optimization import KernelOptimization
@@ -40,11 +41,13 @@ from workflows.suite import KernelSuite
 
 # ------------------------------------------------------------------------------ client, workers
 def _tls_and_key() -> tuple[TLSConfig | bool, str | None]:
-    """How to reach a Temporal server beyond loopback (docs/threat-model.md): mTLS from the files the
-    MARATHON_TEMPORAL_TLS_* variables name, and an API key from the variable MARATHON_TEMPORAL_API_KEY_ENV
-    names (Temporal Cloud). None of them set: plain TCP, as to `marathon dev` on 127.0.0.1."""
-    ca, cert, key = (os.environ.get(f"MARATHON_TEMPORAL_TLS_{x}") for x in ("CA", "CERT", "KEY"))
-    api_key_env = os.environ.get("MARATHON_TEMPORAL_API_KEY_ENV")
+    """How to reach a Temporal server beyond loopback (docs/threat-model.md): (m)TLS from the files
+    MARATHON_TEMPORAL_TLS_CA, MARATHON_TEMPORAL_TLS_CERT and MARATHON_TEMPORAL_TLS_KEY name, and an API key
+    from the variable MARATHON_TEMPORAL_API_KEY_ENV names (Temporal Cloud). None of them set: plain TCP, as
+    to `marathon dev` on 127.0.0.1."""
+    s = settings()
+    ca, cert, key = s.temporal_tls_ca, s.temporal_tls_cert, s.temporal_tls_key
+    api_key_env = s.temporal_api_key_env
     api_key = os.environ.get(api_key_env) if api_key_env else None
     if not (ca or cert or key):
         return bool(api_key), api_key  # an API key travels over TLS only
@@ -152,7 +155,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 async def _serve(args: argparse.Namespace, control: bool, gpu: bool) -> None:
     client = await connect(args.address, args.namespace)
     if gpu:  # a judge started ahead of each evaluation (MARATHON_WARM_JUDGES=0: started on demand)
-        JUDGES.keep_warm(0 if os.environ.get("MARATHON_WARM_JUDGES", "1").strip() in ("0", "") else 1)
+        JUDGES.keep_warm(1 if settings().warm_judges else 0)
     identity = None
     if gpu and not control and "CUDA_VISIBLE_DEVICES" in os.environ:  # a report counts evaluations per GPU by it
         identity = f"{os.getpid()}@{socket.gethostname()}/gpu{os.environ['CUDA_VISIBLE_DEVICES']}"
@@ -177,6 +180,7 @@ def _gpu_child_command(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    exit_on_bad_settings("worker.py")
     queues = {q.strip() for q in args.queues.split(",") if q.strip()}
     unknown = queues - {names.TASK_QUEUE, names.GPU_TASK_QUEUE}
     if unknown or not queues:

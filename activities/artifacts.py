@@ -16,11 +16,13 @@ import os
 import tempfile
 from pathlib import Path
 
+from kernels.settings import settings
+
 DEFAULT_ROOT = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "kernel-marathon" / "artifacts"
 
 
 def default_root() -> Path:
-    return Path(os.environ.get("MARATHON_ARTIFACTS") or DEFAULT_ROOT)
+    return settings().artifacts or DEFAULT_ROOT
 
 
 def sha256_text(text: str) -> str:
@@ -35,15 +37,10 @@ class ArtifactCorrupt(RuntimeError):
     """An artifact whose content no longer hashes to its key."""
 
 
-def _quota_from_env() -> int | None:
-    raw = os.environ.get("MARATHON_ARTIFACTS_QUOTA_BYTES")
-    return int(raw) if raw else None
-
-
 class ArtifactStore:
     def __init__(self, root: str | Path | None = None, quota_bytes: int | None = None) -> None:
         self.root = Path(root) if root is not None else default_root()
-        self.quota_bytes = quota_bytes if quota_bytes is not None else _quota_from_env()
+        self.quota_bytes = quota_bytes if quota_bytes is not None else settings().artifacts_quota_bytes
 
     def used_bytes(self) -> int:
         return sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file()) if self.root.exists() else 0

@@ -19,10 +19,11 @@ from typing import Callable
 
 from activities.artifacts import ArtifactCorrupt, ArtifactStore, capped
 from activities.tools import source_text
-from kernels.evaluator.baseline_cache import DEFAULT_TTL_S, BaselineCache
-from kernels.evaluator.confinement import judge_env, scratch_prefix
-from kernels.evaluator.evaluate import PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, env_digest, evaluate
+from kernels.evaluator.baseline_cache import BaselineCache
+from kernels.evaluator.confinement import PROFILER_BASE_ENV, env_digest, judge_env, scratch_prefix
+from kernels.evaluator.evaluate import PROJECT_ROOT, EvalRequest, evaluate
 from kernels.evaluator.verdict import Verdict
+from kernels.settings import settings
 from kernels.problems.tunables import TunablesError, read_tunables
 from tasks import tunables as task_tunables
 from tasks.document import DocumentError
@@ -33,7 +34,7 @@ from workflows.names import COMPILE_KERNEL, PROFILE_KERNEL, TEST_KERNEL
 from workflows.records import TASK_BASELINE
 from workflows.models import (EVAL_MODES, EvalDigest, EvalInput, EvalResult, RecordedVerdict, SourceRef, VerdictLookup,
                               verdict_scope)
-from workflows.labels import kv, shape_label
+from kernels.labels import kv, shape_label
 from workflows.yardstick import beats, geomean_latency
 
 NCU_METRICS = {
@@ -51,7 +52,7 @@ NCU_METRICS = {
 
 # This worker process's baseline figures (kernels/evaluator/baseline_cache.py); MARATHON_BASELINE_TTL_S=0 times
 # every baseline in every evaluation.
-BASELINES = BaselineCache(float(os.environ.get("MARATHON_BASELINE_TTL_S", DEFAULT_TTL_S)))
+BASELINES = BaselineCache()
 
 
 def eval_request(inp: EvalInput, source: str, cache: BaselineCache | None = None) -> EvalRequest:
@@ -132,8 +133,9 @@ def describe(tool: str, attempt: int, verdict: Verdict, ncu: dict | None = None)
 def ncu_path() -> str | None:
     """The Nsight Compute CLI: $MARATHON_NCU, else `ncu` on PATH, else the newest one under
     /opt/nvidia/nsight-compute (CUDA images install it there without putting it on PATH)."""
-    if os.environ.get("MARATHON_NCU"):
-        return os.environ["MARATHON_NCU"] if os.access(os.environ["MARATHON_NCU"], os.X_OK) else None
+    named = settings().ncu
+    if named:
+        return named if os.access(named, os.X_OK) else None
     found = shutil.which("ncu")
     if found:
         return found
@@ -162,7 +164,7 @@ def ncu_metrics(req: EvalRequest, kernels: list[str], timeout_s: float = 600.0) 
         req_path, out_path = Path(tmp) / "request.json", Path(tmp) / "verdict.json"
         req_path.write_text(probe.model_dump_json())
         env = judge_env(tmp, PROJECT_ROOT)  # an allowlist of this worker's environment, as evaluate() gives
-        # what ncu adds to this environment the judge hands on to the candidate's process (judge.profiler_env)
+        # what ncu adds to this environment the judge hands on to the candidate's process (confinement.profiler_env)
         env[PROFILER_BASE_ENV] = json.dumps({k: env_digest(v) for k, v in env.items()})
         # clocks left alone: ncu would otherwise lock them to base, and durations would not match
         # the evaluator's timings
@@ -227,7 +229,7 @@ def task_bundle(key: str, store: ArtifactStore) -> TaskBundle:
 
 def task_cache_root() -> Path:
     """Where this worker keeps each task's folder, made once (its setup run) and copied per measurement."""
-    root = Path(os.environ.get("MARATHON_TASK_CACHE", Path(tempfile.gettempdir()) / "marathon-task-cache"))
+    root = settings().task_cache or Path(tempfile.gettempdir()) / "marathon-task-cache"
     root.mkdir(parents=True, exist_ok=True)
     return root
 

@@ -27,6 +27,7 @@ import openai
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from compaction.text import one_line
+from kernels.settings import settings
 from workflows.models import AgentTurnInput, AgentTurnResult, ModelSettings
 
 RETRYABLE_STATUS = {408, 409, 429}
@@ -52,7 +53,7 @@ def allow_key(variable: str, base_url: str | None) -> None:
 
 def key_destinations() -> list[tuple[str, str]]:
     pairs = list(DEFAULT_KEY_DESTINATIONS) + _allowed
-    for item in os.environ.get("MARATHON_MODEL_KEYS", "").replace(";", " ").split():
+    for item in (settings().model_keys or "").replace(";", " ").split():
         variable, sep, url = item.partition("=")
         if sep and variable and url:
             pairs.append((variable, url))

@@ -14,7 +14,7 @@ from kernels.problems.spec import get_problem
 from kernels.problems.tunables import TunablesError, read_tunables
 from tasks import document as task_document
 from tasks import tunables as task_tunables
-from workflows.labels import kv
+from kernels.labels import kv
 from workflows.records import TASK_BASELINE
 from workflows.models import (Attempt, EditInput, ListInput, NoteInput, PrepareInput, RunSetup, ShowInput,
                               SourceRef, ToolResult, WriteInput)

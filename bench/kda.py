@@ -34,7 +34,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from kernels.evaluator.evaluate import EvalRequest, evaluate, request_for
-from kernels.evaluator.judge import compare
+from kernels.evaluator.timing import compare
 from kernels.evaluator.hostinfo import host_facts
 from kernels.problems.spec import get_problem
 from kernels.problems.tunables import read_tunables, with_config

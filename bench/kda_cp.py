@@ -116,7 +116,7 @@ def main() -> int:
 
     import torch
     from kernels.evaluator.hostinfo import host_facts
-    from kernels.evaluator.judge import compare
+    from kernels.evaluator.timing import compare
     from kernels.problems.kda.reference import reference
     from kernels.problems.tunables import with_config
 

@@ -44,7 +44,7 @@ def run_job(job: tuple[str, dict, list[dict], list[str], str]) -> list[dict]:
     """One source and CONFIG change over its shapes, seeds 0..2 (the three gate cases) and dtypes."""
     source, change, shapes, dtypes, device = job
     import torch
-    from kernels.evaluator.judge import compare  # the evaluator's own relative error
+    from kernels.evaluator.timing import compare  # the evaluator's own relative error
     from kernels.problems.kda.reference import make_inputs, reference
 
     def rel(out, ref) -> float:

@@ -216,7 +216,7 @@ def speed(out_path: Path) -> dict:
 
 
 def rel(out, ref) -> float:
-    from kernels.evaluator.judge import compare
+    from kernels.evaluator.timing import compare
     return compare(out, ref)[0]
 
 

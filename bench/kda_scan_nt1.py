@@ -24,7 +24,7 @@ def main() -> int:
     import triton
 
     from kernels.evaluator.hostinfo import host_facts
-    from kernels.evaluator.judge import compare  # the evaluator's own relative error
+    from kernels.evaluator.timing import compare  # the evaluator's own relative error
     from kernels.problems.kda import tuned
 
     dev, BH, BT, BK, BVP, T = args.device, args.heads, 64, 128, 128, 63

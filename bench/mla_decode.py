@@ -49,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from kernels.evaluator.evaluate import EvalRequest, evaluate, request_for  # noqa: E402
-from kernels.evaluator.judge import compare  # noqa: E402
+from kernels.evaluator.timing import compare  # noqa: E402
 from kernels.evaluator.hostinfo import host_facts  # noqa: E402
 from kernels.problems.spec import get_problem  # noqa: E402
 from kernels.problems.tunables import read_tunables, with_config  # noqa: E402

@@ -94,7 +94,7 @@ def main() -> int:
         (out / f"ncu_source_{args.source.strip('_')}.json").write_text(json.dumps(record, indent=2))
         return 0
     if args.fences:
-        from kernels.evaluator.judge import FENCE_SWITCHES
+        from kernels.settings import FENCE_SWITCHES
         problem = (args.problem or ["kda"])[0]
         spec = get_problem(problem)
         req = request_for(problem, "tuned", device="cuda", shapes=[spec.shapes("bench")[0]])

@@ -9,7 +9,6 @@ The commit is MARATHON_COMMIT when set (a copy of the tree without .git), else `
 import argparse
 import importlib.metadata
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,13 +16,14 @@ from pathlib import Path
 from kernels.evaluator.hostinfo import host_facts
 from kernels.evaluator.result_record import Host, ResultRecord
 from kernels.evaluator.verdict import Verdict
+from kernels.settings import settings
 
 BASELINE_LIBRARIES = ("flash-linear-attention", "fla-core")
 
 
 def _commit() -> str | None:
-    if os.environ.get("MARATHON_COMMIT"):
-        return os.environ["MARATHON_COMMIT"]
+    if settings().commit:
+        return settings().commit
     out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
     return out.stdout.strip() or None if out.returncode == 0 else None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from kernels.evaluator.verdict import Verdict
+from kernels.labels import config_label, shape_label
 from reports.fmt import CPU_TIMES, duration_us, speedup
 from workflows.records import TASK_BASELINE
 
@@ -51,7 +52,7 @@ def verdict_table(v: Verdict) -> str:
             graph = r.timing.graph_median_us if r.timing and r.timing.graph_median_us else None
             wall = r.timing.sync_wall_us if r.timing and r.timing.sync_wall_us else None
             sp = "  ".join(f"{k} {speedup(x)} ({duration_us(r.baselines[k])})" for k, x in r.speedup.items())
-            rows.append((",".join(f"{k}={x}" for k, x in r.shape.items()), "yes" if r.correct else "no",
+            rows.append((shape_label(r.shape), "yes" if r.correct else "no",
                          f"{r.rel_err:.2e}" if r.rel_err is not None else "-", duration_us(r.latency_us) or "-",
                          duration_us(graph) or "-", duration_us(wall) or "-",
                          f"{r.roofline_pct:.1f}%" if r.roofline_pct is not None else "-", sp))
@@ -152,7 +153,7 @@ def run_report_table(rep) -> str:
         for a in tried[-30:]:
             e = a.best_eval() or a.evals[-1]
             sp = f"{speedup(e.speedup)} vs {e.baseline}" if e.speedup is not None else ""
-            cfg = ", ".join(f"{k}={v}" for k, v in (a.config or {}).items())
+            cfg = config_label(a.config)
             mark = "*" if rep.best is not None and a.n == rep.best.attempt else " "
             lines.append(f" {mark}{a.n:>5} {a.origin:<6} {e.status:<13} {duration_us(e.latency_us):>10} {sp:<24} {cfg}")
         if rep.best is not None:

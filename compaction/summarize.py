@@ -27,6 +27,7 @@ from compaction.memory import MERGED, AttemptDigest, BestKernel, Failure, Memory
 from compaction.prompt import goal_text, memory_block
 from compaction.text import one_line as _one_line
 from compaction.text import speedups_text
+from kernels.labels import config_label
 
 CAPS = {"strategies": 30, "failures": 40, "insights": 16, "hypotheses": 10}
 MERGED_CHARS = {"strategies": 3000, "failures": 8000, "insights": 1500, "hypotheses": 800}
@@ -48,10 +49,6 @@ class CompactionOutputError(ValueError):
 
 def _norm(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", " ", text.lower()).strip()
-
-
-def _fmt_config(config: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in config.items())
 
 
 def _left_clip(text: str, limit: int) -> str:
@@ -141,11 +138,11 @@ def _label(ds: list[AttemptDigest]) -> tuple[str, str]:
     """(what was tried, the change) for one attempt's digests."""
     note = next((d.note for d in reversed(ds) if d.note and d.note.strip()), None)
     config = next((d.config for d in reversed(ds) if d.config), None)
-    change = f"CONFIG = {{{_fmt_config(config)}}}" if config else ""
+    change = f"CONFIG = {{{config_label(config)}}}" if config else ""
     if note:
         return _one_line(note, FIELD_CHARS), change
     if config:
-        return f"config {_fmt_config(config)}", change
+        return f"config {config_label(config)}", change
     return f"attempt {ds[0].attempt}", change
 
 
@@ -167,7 +164,7 @@ def _tuner_line(prev_line: str | None, configs: list[tuple[dict, float | None, i
     for cfg, lat, attempt, _status in configs:
         count += 1
         if lat is not None and (win_lat is None or lat < win_lat):
-            win_lat, win_text = lat, f"{{{_fmt_config(cfg)}}} at {lat:.1f} us (attempt {attempt})"
+            win_lat, win_text = lat, f"{{{config_label(cfg)}}} at {lat:.1f} us (attempt {attempt})"
     failed = sum(1 for *_, st in configs if st in FAILED)
     tail = f"; lowest latency so far {win_text}" if win_text else "; none measured ok yet"
     extra = f"; {failed} of the latest {len(configs)} failed" if failed else ""
@@ -399,7 +396,7 @@ def _digest_line(d: AttemptDigest) -> str:
     if d.speedup:
         bits.append(speedups_text(d.speedup))
     if d.config:
-        bits.append(f"config {{{_fmt_config(d.config)}}}")
+        bits.append(f"config {{{config_label(d.config)}}}")
     line = " · ".join(bits)
     if d.summary:
         line += f" · {_one_line(d.summary, 300)}"

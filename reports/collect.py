@@ -20,6 +20,7 @@ from activities.artifacts import ArtifactStore
 from activities.compaction import CompactResult
 from compaction.text import one_line
 from kernels.evaluator.verdict import ShapeResult, Verdict
+from kernels.labels import config_label, shape_label
 from reports.fmt import worker_name
 from tasks.spec import TaskBundle
 from workflows import names
@@ -57,7 +58,7 @@ class ShapeFigure(BaseModel):
 
     @classmethod
     def of(cls, r: ShapeResult) -> "ShapeFigure":
-        return cls(shape=",".join(f"{k}={v}" for k, v in r.shape.items()), correct=r.correct,
+        return cls(shape=shape_label(r.shape), correct=r.correct,
                    latency_us=r.latency_us, baselines=dict(r.baselines), speedups=dict(r.speedup))
 
 
@@ -80,7 +81,7 @@ class AttemptRow(BaseModel):
     @property
     def description(self) -> str:
         if self.config:
-            return ", ".join(f"{k}={v}" for k, v in self.config.items())
+            return config_label(self.config)
         return self.origin + (f" of {self.parent}" if self.parent is not None else "")
 
 

@@ -10,8 +10,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FormatStrFormatter, FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
+from kernels.labels import shape_label  # noqa: E402
 from reports import fmt  # noqa: E402
 from reports.collect import EvalPoint, RunFacts  # noqa: E402
+from workflows.yardstick import beats  # noqa: E402
 
 STATUS_COLOURS = {"ok": "#2e7d32", "incorrect": "#ef6c00", "compile_error": "#c62828", "timeout": "#6a1b9a",
                   "rejected": "#757575", "crashed": "#212121"}
@@ -34,15 +36,16 @@ def metric(facts: RunFacts) -> str:
 
 
 def best_so_far(points: list[EvalPoint], key: str, what: str) -> list[tuple[float, float]]:
-    """(x, best value so far) at each ok profile that improved on the best: higher speedup, or lower
-    latency. The step curve of the run's progress; x is `key` (hours or tool_call)."""
+    """(x, best value so far) at each ok profile that improved on the best by the run's yardstick (higher
+    speedup, or lower latency). The step curve of the run's progress; x is `key` (hours or tool_call)."""
     out: list[tuple[float, float]] = []
     best = None
     for e in sorted((p for p in points if getattr(p, key) is not None), key=lambda p: (getattr(p, key), p.tool_call)):
         value = getattr(e, what)
         if e.status != "ok" or e.mode != "full" or value is None:
             continue
-        if best is None or (value > best if what == "speedup" else value < best):
+        better = (beats(value, None, best, None) if what == "speedup" else beats(None, value, None, best))
+        if better:
             best = value
             out.append((float(getattr(e, key)), value))
     return out
@@ -122,7 +125,7 @@ def shapes_png(facts: RunFacts) -> str | None:
         vals = [get(r) or 0.0 for r in rows]
         ax.barh(ys, vals, height=height, color=colour, label=label)
     ax.set_yticks([j + 0.4 - height / 2 for j in range(len(rows))])
-    ax.set_yticklabels([",".join(f"{k}={x}" for k, x in r.shape.items()) for r in rows], fontsize=8)
+    ax.set_yticklabels([shape_label(r.shape) for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))

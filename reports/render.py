@@ -22,6 +22,7 @@ from pathlib import Path
 
 import jinja2
 
+from kernels.labels import shape_label
 from reports import fmt
 from reports.collect import RunFacts
 from reports.local import safe_name
@@ -29,10 +30,6 @@ from reports.plots import STATUS_COLOURS, metric, progress_png, shapes_png
 
 MARKER = ".marathon-report"  # names the run a report folder belongs to
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-
-
-def fmt_shape(shape: dict[str, int]) -> str:
-    return ",".join(f"{k}={v}" for k, v in shape.items())
 
 
 def problem_file(facts: RunFacts) -> str:
@@ -54,7 +51,7 @@ def judge_command(facts: RunFacts) -> str:
         if facts.problem_source and v.dtype:
             parts += ["--dtype", v.dtype]
         for r in v.shapes:
-            parts += ["--shape", fmt_shape(r.shape)]
+            parts += ["--shape", shape_label(r.shape)]
     return " ".join(parts)
 
 
@@ -77,7 +74,7 @@ def kernel_header(facts: RunFacts) -> str:
     for r in v.shapes:
         sp = ", ".join(f"{k} {fmt.speedup(x)}" for k, x in r.speedup.items()) or "no baseline timed"
         lat = fmt.duration_us(r.latency_us) if r.latency_us is not None else "untimed"
-        lines.append(f"  shape {fmt_shape(r.shape)}: {lat}; speedup {sp}")
+        lines.append(f"  shape {shape_label(r.shape)}: {lat}; speedup {sp}")
     if b.speedup is not None:
         lines.append(f"headline speedup (worst shape, strongest baseline): {fmt.speedup(b.speedup)}")
     if not v.timing_meaningful:
@@ -161,7 +158,7 @@ def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
                              autoescape=jinja2.select_autoescape(["html", "html.j2"]),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters["shape"] = fmt_shape
+    env.filters["shape"] = shape_label
     env.filters["num"] = lambda x, f=".3g": "" if x is None else format(x, f)
     env.filters["dur"] = fmt.duration_us
     env.filters["x"] = fmt.speedup

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from kernels.evaluator.confinement import die_with_parent
+
 from workflows import names
 
 
@@ -33,16 +35,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the process that started it dies (Linux), so a killed
-    `marathon run` or test leaves no server behind."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 class DevServer:
@@ -77,7 +69,10 @@ class DevServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+                                     start_new_session=True,
+                                     # SIGTERM when the thread that started it ends, so a killed `marathon run`
+                                     # or test leaves no server behind
+                                     preexec_fn=die_with_parent(signal.SIGTERM))
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

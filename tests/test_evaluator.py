@@ -154,14 +154,13 @@ def test_stacked_reference_equals_one_run_per_call(problem, shape):
 
 def test_candidate_environment(monkeypatch, tmp_path):
     # what the judge passes on to a candidate's process: no secrets, no cached autotuning picks
-    from kernels.evaluator.judge import candidate_env
     monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "1")
     monkeypatch.setenv("TRITON_API_KEY", "sk-123")
     monkeypatch.setenv("CUDA_HOME", "/opt/cuda")
-    env = candidate_env("cuda", tmp_path, "token")
+    env = candidate_env("cuda", tmp_path)
     assert "TRITON_CACHE_AUTOTUNING" not in env and "TRITON_API_KEY" not in env
     assert env["CUDA_HOME"] == "/opt/cuda" and env["HOME"] == str(tmp_path) and "TRITON_INTERPRET" not in env
-    assert candidate_env("cpu", tmp_path, "token")["TRITON_INTERPRET"] == "1"
+    assert candidate_env("cpu", tmp_path)["TRITON_INTERPRET"] == "1"
 
 
 def test_candidate_environment_under_ncu(monkeypatch, tmp_path):
@@ -170,19 +169,26 @@ def test_candidate_environment_under_ncu(monkeypatch, tmp_path):
     import json
     import os
 
-    from kernels.evaluator.evaluate import PROFILER_BASE_ENV, env_digest
-    from kernels.evaluator.judge import candidate_env
+    from kernels.evaluator.confinement import PROFILER_BASE_ENV, env_digest
     monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libmine.so")
     base = {k: env_digest(v) for k, v in os.environ.items()}
-    assert "LD_PRELOAD" not in candidate_env("cuda", tmp_path, "token")
+    assert "LD_PRELOAD" not in candidate_env("cuda", tmp_path)
     monkeypatch.setenv(PROFILER_BASE_ENV, json.dumps(base))
     monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libmine.so:/opt/ncu/libInjection.so")  # changed by ncu
     monkeypatch.setenv("NV_PROFILER_PIPE", "/tmp/ncu-42")  # added by ncu
     monkeypatch.setenv("NV_API_TOKEN", "sk-123")  # added, but named like a secret
-    env = candidate_env("cuda", tmp_path, "token")
+    env = candidate_env("cuda", tmp_path)
     assert env["LD_PRELOAD"].endswith("libInjection.so") and env["NV_PROFILER_PIPE"] == "/tmp/ncu-42"
     assert "NV_API_TOKEN" not in env and PROFILER_BASE_ENV not in env
     assert env["HOME"] == str(tmp_path) and env["MARATHON_SANDBOX"] == "token"
+
+
+def candidate_env(device, home):
+    """The candidate's environment as the judge builds it (confinement.sandbox_env with the judge's values)."""
+    from kernels.evaluator.confinement import sandbox_env
+    from kernels.evaluator.evaluate import PROJECT_ROOT
+    from kernels.evaluator.judge import triton_cache_dir
+    return sandbox_env(device, home, "token", PROJECT_ROOT, triton_cache_dir())
 
 
 def test_probe_lengths_favour_short_sequences():

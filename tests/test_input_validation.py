@@ -12,7 +12,7 @@ import pytest
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from marathon_support import queues, workers
+from marathon_support import workers
 from workflows import names
 from workflows.models import RunStatus
 
@@ -51,13 +51,13 @@ BAD_INPUTS = [  # (input, what the failure message must name)
 ]
 
 
-def test_bad_inputs_fail_the_workflow_at_once(temporal_server, tmp_path):
-    asyncio.run(_bad_inputs(temporal_server.address, tmp_path))
+def test_bad_inputs_fail_the_workflow_at_once(client, task_queues, tmp_path):
+    asyncio.run(_bad_inputs(client, task_queues, tmp_path))
 
 
-async def _bad_inputs(address, tmp_path):
-    tq, gq = queues()
-    async with workers(address, tq, gq, tmp_path / "artifacts", gpu=False) as client:
+async def _bad_inputs(client, task_queues, tmp_path):
+    tq, gq = task_queues
+    async with workers(client, tq, gq, tmp_path / "artifacts", gpu=False):
         handles = [await client.start_workflow(names.WORKFLOW_TYPE, *([] if raw is None else [raw]),
                                                id=f"bad-{uuid.uuid4().hex[:10]}", task_queue=tq)
                    for raw, _ in BAD_INPUTS]
@@ -71,14 +71,14 @@ async def _bad_inputs(address, tmp_path):
         assert time.monotonic() - t0 < 30  # all of them, not each
 
 
-def test_bad_update_payloads_are_rejected_and_the_run_goes_on(temporal_server, tmp_path):
-    asyncio.run(_bad_updates(temporal_server.address, tmp_path))
+def test_bad_update_payloads_are_rejected_and_the_run_goes_on(client, task_queues, tmp_path):
+    asyncio.run(_bad_updates(client, task_queues, tmp_path))
 
 
-async def _bad_updates(address, tmp_path):
-    tq, gq = queues()
+async def _bad_updates(client, task_queues, tmp_path):
+    tq, gq = task_queues
     # no GPU worker: the run waits on its first profile, RUNNING, while the workflow worker answers
-    async with workers(address, tq, gq, tmp_path / "artifacts", gpu=False) as client:
+    async with workers(client, tq, gq, tmp_path / "artifacts", gpu=False):
         handle = await client.start_workflow(names.WORKFLOW_TYPE, {**GOOD, "gpu_task_queue": gq},
                                              id=f"upd-{uuid.uuid4().hex[:10]}", task_queue=tq)
         before = await handle.query("status", result_type=RunStatus)
@@ -102,15 +102,15 @@ async def _bad_updates(address, tmp_path):
         await handle.terminate("test over")
 
 
-def test_a_bad_suite_input_fails_the_suite_at_once(temporal_server, tmp_path):
-    asyncio.run(_bad_suite(temporal_server.address, tmp_path))
+def test_a_bad_suite_input_fails_the_suite_at_once(client, task_queues, tmp_path):
+    asyncio.run(_bad_suite(client, task_queues, tmp_path))
 
 
-async def _bad_suite(address, tmp_path):
-    tq, gq = queues()
+async def _bad_suite(client, task_queues, tmp_path):
+    tq, gq = task_queues
     bad = [({"runs": [{"problem": "mla_decode", "kernel": "/some/secret.env"}]}, "runs.0.kernel"),
            ({"runs": []}, "runs"), ({"runs": [GOOD], "parallel": 1000}, "parallel"), (7, "input")]
-    async with workers(address, tq, gq, tmp_path / "artifacts", gpu=False) as client:
+    async with workers(client, tq, gq, tmp_path / "artifacts", gpu=False):
         for raw, field in bad:
             handle = await client.start_workflow(names.SUITE_WORKFLOW_TYPE, raw, id=f"bad-suite-{uuid.uuid4().hex[:8]}",
                                                  task_queue=tq)
@@ -121,19 +121,19 @@ async def _bad_suite(address, tmp_path):
             assert field in cause.message and "\n" not in cause.message, cause.message
 
 
-def test_a_forged_fault_signal_does_not_outlive_the_run(temporal_server, tmp_path):
-    asyncio.run(_forged_fault(temporal_server.address, tmp_path))
+def test_a_forged_fault_signal_does_not_outlive_the_run(client, task_queues, tmp_path):
+    asyncio.run(_forged_fault(client, task_queues, tmp_path))
 
 
-async def _forged_fault(address, tmp_path):
+async def _forged_fault(client, task_queues, tmp_path):
     """Anyone who can reach the server can signal a run: a malformed or oversized fault is dropped, a
     well-formed one about an activity that is not failing shows while the run goes on, and clears when
     the run ends."""
-    tq, gq = queues()
+    tq, gq = task_queues
     spec = {**GOOD, "budgets": {"max_tool_calls": 1}, "gpu_task_queue": gq}
     forged = {"activity": names.AGENT_TURN, "attempt": 3, "message": "forged: the model is down",
               "since": "2024-01-01T00:00:00Z"}
-    async with workers(address, tq, gq, tmp_path / "artifacts", gpu=False) as client:
+    async with workers(client, tq, gq, tmp_path / "artifacts", gpu=False):
         # no evaluation worker yet: the run waits on its first profile, RUNNING
         handle = await client.start_workflow(names.WORKFLOW_TYPE, spec, id=f"fault-{uuid.uuid4().hex[:10]}",
                                              task_queue=tq)
@@ -148,7 +148,7 @@ async def _forged_fault(address, tmp_path):
             assert time.monotonic() < deadline, "the well-formed fault never showed"
             await asyncio.sleep(0.5)
         assert status.fault.message == forged["message"]
-        async with workers(address, tq, gq, tmp_path / "artifacts", control=False):
+        async with workers(client, tq, gq, tmp_path / "artifacts", control=False):
             await asyncio.wait_for(handle.result(), 300)
         after = await handle.query("status", result_type=RunStatus)
     assert after.phase == "finished" and after.fault is None

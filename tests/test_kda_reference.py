@@ -4,6 +4,7 @@ whole number of chunks, several chunk sizes, and gates far steeper than the inpu
 import pytest
 import torch
 
+from kernels.labels import shape_label
 from kernels.problems.kda import reference as kda
 
 SHAPES = [{"B": 1, "T": 1, "H": 1, "K": 16, "V": 16}, {"B": 2, "T": 67, "H": 3, "K": 32, "V": 16},
@@ -14,7 +15,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm()).item()
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_label)
 @pytest.mark.parametrize("seed", [0, 1, 2])  # seed % 3: the three gate cases
 def test_chunked_matches_the_token_loop(shape, seed):
     x = kda.make_inputs(shape, seed, "cpu", torch.float16)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kernels.evaluator.evaluate import evaluate, request_for
-from kernels.evaluator.judge import compare
+from kernels.evaluator.timing import compare
 from kernels.evaluator.policy import check_source
 from kernels.problems.spec import get_problem, resolve_kernel
 from kernels.problems.tunables import read_tunables

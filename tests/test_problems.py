@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from kernels.evaluator.judge import compare
+from kernels.evaluator.timing import compare
 from kernels.problems.spec import PROBLEM_NAMES, ShapeError, get_problem, parse_shape, resolve_kernel
 from kernels.evaluator.roofline import PROFILES, profile_for_gpu
 

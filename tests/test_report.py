@@ -216,16 +216,17 @@ def test_the_pages_labels_in_headless_chromium(scripted, tmp_path):
 
 # ------------------------------------------------------------------ three runs of two problems
 @pytest.fixture(scope="module")
-def three_runs(temporal_server, tmp_path_factory):
-    """On one server: an MLA run whose every attempt failed (finished), an MLA run paused after its start
-    (still going), and a run of a KernelBench-format file problem (finished)."""
+def three_runs(temporal_server, client, tmp_path_factory):
+    """On the session's server: an MLA run whose every attempt failed (finished), an MLA run paused after its
+    start (still going), and a run of a KernelBench-format file problem (finished). Other tests' runs share
+    the server: what is listed is checked for these three."""
     store = tmp_path_factory.mktemp("artifacts")
     tq, gq = queues()
     name, source = resolve_problem(str(ROOT / "docs" / "examples" / "silu_scale.py"))
     kernel = (ROOT / "docs" / "examples" / "silu_scale_kernel.py").read_text()
 
     async def go():
-        async with workers(temporal_server.address, tq, gq, store) as client:
+        async with workers(client, tq, gq, store):
             failed = await start(client, RunSpec(problem="mla_decode", source=REJECTED, policy="tuner",
                                                  budgets=Budgets(max_tool_calls=1), eval=EvalSettings(device="cpu"),
                                                  gpu_task_queue=gq), tq, workflow_id="mla-all-failed")
@@ -291,7 +292,8 @@ def test_runs_lists_three_runs_of_two_problems(three_runs):
     assert all(r.policy == "tuner" and r.hours >= 0 for r in mine.values())
     assert mine["mla-all-failed"].report == str(failed_html.resolve())
     assert mine["mla-still-going"].report == str(going_html.resolve()) and mine["silu-one-call"].report is None
-    assert [r.workflow_id for r in only_silu] == ["silu-one-call"]
+    assert "silu-one-call" in [r.workflow_id for r in only_silu] and all(r.problem == name for r in only_silu)
+    assert not {"mla-all-failed", "mla-still-going"} & {r.workflow_id for r in only_silu}
     assert unknown == "no run 'never-started'"
 
 

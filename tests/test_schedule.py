@@ -7,10 +7,8 @@ from marathon_support import ROOT
 from workflows import names
 from workflows.models import RunSpec
 
-import worker
 
-
-def test_schedule_create_list_trigger_delete(temporal_server, capsys):  # noqa: F811
+def test_schedule_create_list_trigger_delete(temporal_server, client, capsys):
     address = temporal_server.address
     args = ["--id", "nightly-mla", "--cron", "0 22 * * *", "--problem", "mla_decode", "--device", "cpu",
             "--hours", "8", "--max-tool-calls", "300", "--address", address]
@@ -20,7 +18,6 @@ def test_schedule_create_list_trigger_delete(temporal_server, capsys):  # noqa: 
     assert "replaced schedule nightly-mla" in capsys.readouterr().out
 
     async def inspect():
-        client = await worker.connect(address)
         handle = client.get_schedule_handle("nightly-mla")
         desc = await handle.describe()
         action = desc.schedule.action
@@ -48,7 +45,7 @@ def test_schedule_create_list_trigger_delete(temporal_server, capsys):  # noqa: 
                           "--address", address]) == 2
 
 
-def test_schedule_a_suite_and_a_file_problem_carry_their_sources(temporal_server, tmp_path, capsys):  # noqa: F811
+def test_schedule_a_suite_and_a_file_problem_carry_their_sources(temporal_server, client, tmp_path, capsys):
     """The schedule's input holds each problem's source: editing the file later changes no night's run."""
     import shutil
 
@@ -68,7 +65,6 @@ def test_schedule_a_suite_and_a_file_problem_carry_their_sources(temporal_server
     (tmp_path / "rms_norm.py").write_text("edited after scheduling")
 
     async def inspect():
-        client = await worker.connect(address)
         action = (await client.get_schedule_handle("nightly-suite").describe()).schedule.action
         suite = (await client.data_converter.decode(action.args, [SuiteSpec]))[0]
         assert action.workflow == names.SUITE_WORKFLOW_TYPE

@@ -8,7 +8,7 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
 from serving.scripted_model import FakeOpenAI, completion
-from marathon_support import fake_model_spec, mla_variant, queues, start, workers
+from marathon_support import fake_model_spec, mla_variant, start, workers
 from workflows import names
 from workflows.models import Attempt, BestReport, Budgets, Extension, RunStatus
 
@@ -34,15 +34,15 @@ async def wait_for(pred, timeout=120.0, every=0.2):
         await asyncio.sleep(every)
 
 
-def test_pause_hint_extend_resume_stop(temporal_server, tmp_path):
-    asyncio.run(_control(temporal_server.address, tmp_path))
+def test_pause_hint_extend_resume_stop(client, task_queues, tmp_path):
+    asyncio.run(_control(client, task_queues, tmp_path))
 
 
-async def _control(address, tmp_path):
-    tq, gq = queues()
+async def _control(client, task_queues, tmp_path):
+    tq, gq = task_queues
     with FakeOpenAI(script) as fake:
         spec = fake_model_spec(fake.base_url, gq, Budgets(max_tool_calls=400))
-        async with workers(address, tq, gq, tmp_path / "artifacts") as client:
+        async with workers(client, tq, gq, tmp_path / "artifacts"):
             handle = await start(client, spec, tq)
 
             async def status() -> RunStatus:
@@ -95,14 +95,14 @@ async def _phase(status, phase):
     return s if s.phase == phase else None
 
 
-def test_time_budget_ends_the_run(temporal_server, tmp_path):
-    asyncio.run(_time_budget(temporal_server.address, tmp_path))
+def test_time_budget_ends_the_run(client, task_queues, tmp_path):
+    asyncio.run(_time_budget(client, task_queues, tmp_path))
 
 
-async def _time_budget(address, tmp_path):
-    tq, gq = queues()
+async def _time_budget(client, task_queues, tmp_path):
+    tq, gq = task_queues
     with FakeOpenAI(script) as fake:
         spec = fake_model_spec(fake.base_url, gq, Budgets(hours=0.005, max_tool_calls=100_000))
-        async with workers(address, tq, gq, tmp_path / "artifacts") as client:
+        async with workers(client, tq, gq, tmp_path / "artifacts"):
             report = await (await start(client, spec, tq)).result()
     assert report.stop_reason.startswith("time budget spent") and report.hours >= 0.005

@@ -13,10 +13,9 @@ import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 
 from serving.scripted_model import FakeOpenAI, completion
-from marathon_support import mla_variant, queues, start
+from marathon_support import mla_variant, start
 from serving.chaos import spawn_worker, stop_process
 from workflows.models import Budgets, EvalSettings, ModelSettings, RunSpec, ToolCallRecord
-import worker as worker_module
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
@@ -29,19 +28,19 @@ def script(turn, delivery, request):
     return completion(f"turn {turn}", SCRIPT.get(turn, []), turn=turn)
 
 
-def test_sigkill_worker_mid_evaluation(temporal_server, tmp_path):
-    asyncio.run(_crash(temporal_server.address, tmp_path))
+def test_sigkill_worker_mid_evaluation(temporal_server, client, task_queues, tmp_path):
+    asyncio.run(_crash(temporal_server.address, client, task_queues, tmp_path))
 
 
-async def _crash(address, tmp_path):
-    tq, gq = queues()
+async def _crash(address, client, task_queues, tmp_path):
+    """The workers are processes of their own (serving/chaos.py spawn_worker), on the shared server."""
+    tq, gq = task_queues
     procs: list[subprocess.Popen] = []
     try:
         with FakeOpenAI(script) as fake:
             spec = RunSpec(problem="mla_decode", model=ModelSettings(model="fake", base_url=fake.base_url, api_key_env=""),
                            budgets=Budgets(max_tool_calls=4),
                            eval=EvalSettings(device="cpu", heartbeat_timeout_s=HEARTBEAT_S), gpu_task_queue=gq)
-            client = await worker_module.connect(address)
             first = spawn_worker(address, tq, gq, tmp_path / "artifacts")
             procs.append(first)
             handle = await start(client, spec, tq)

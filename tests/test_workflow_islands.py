@@ -20,7 +20,7 @@ from temporalio.client import WorkflowFailureError
 
 import worker as worker_module
 from serving.scripted_model import FakeOpenAI, completion
-from marathon_support import ROOT, mla_variant, mla_wrong, queues, start, workers
+from marathon_support import ROOT, mla_variant, mla_wrong, start, workers
 from serving.chaos import spawn_worker, stop_process, wait_running
 from reports.collect import collect
 from reports.render import render_md
@@ -54,12 +54,13 @@ def _agent_of(key: str) -> tuple[int, int]:
     return int(wid.rsplit("agent-", 1)[1]), int(turn)
 
 
-def test_three_agents_two_evaluation_workers_and_a_killed_worker(temporal_server, tmp_path):
-    asyncio.run(_islands_llm(temporal_server.address, tmp_path))
+def test_three_agents_two_evaluation_workers_and_a_killed_worker(temporal_server, client, task_queues, tmp_path):
+    asyncio.run(_islands_llm(temporal_server.address, client, task_queues, tmp_path))
 
 
-async def _islands_llm(address, tmp_path):
-    tq, gq = queues()
+async def _islands_llm(address, client, task_queues, tmp_path):
+    """The workers are processes of their own (serving/chaos.py spawn_worker), on the shared server."""
+    tq, gq = task_queues
     procs: list[subprocess.Popen] = []
 
     def wait_for(key: str, then_s: float = 0.0) -> None:
@@ -87,7 +88,6 @@ async def _islands_llm(address, tmp_path):
             gpu = [spawn_worker(address, tq, gq, art, queue=names.GPU_TASK_QUEUE, log=tmp_path / f"gpu{i}.log")
                    for i in range(2)]
             procs += [control, *gpu]
-            client = await worker_module.connect(address)
             handle = await start(client, spec, tq)
 
             # once agent 1's profile runs, kill the control worker and the evaluation worker running it
@@ -179,18 +179,18 @@ async def _islands_llm(address, tmp_path):
         assert a[2] != b[2], f"two evaluations at once on one worker: {a}, {b}"
 
 
-def test_tuner_agents_split_the_space(temporal_server, tmp_path):
-    asyncio.run(_islands_tuner(temporal_server.address, tmp_path))
+def test_tuner_agents_split_the_space(client, task_queues, tmp_path):
+    asyncio.run(_islands_tuner(client, task_queues, tmp_path))
 
 
-async def _islands_tuner(address, tmp_path):
-    tq, gq = queues()
+async def _islands_tuner(client, task_queues, tmp_path):
+    tq, gq = task_queues
     spec = RunSpec(problem="mla_decode", agents=2, budgets=Budgets(max_tool_calls=1 + 2 * 2),
                    eval=EvalSettings(device="cpu", parallel=2), gpu_task_queue=gq)
     # two worker sets on one artifact store, as workers of one deployment share it: a best an agent shares
     # is looked up among the verdicts the run's evaluations recorded there, whichever worker judged it
-    async with workers(address, tq, gq, tmp_path / "artifacts") as client, \
-            workers(address, tq, gq, tmp_path / "artifacts", control=False):
+    async with workers(client, tq, gq, tmp_path / "artifacts"), \
+            workers(client, tq, gq, tmp_path / "artifacts", control=False):
         handle = await start(client, spec, tq)
         # while the agents profile their first configuration, 4 more tool calls: 2 more for each
         await wait_running(client.get_workflow_handle(f"{handle.id}/agent-1"), "profile_kernel")
@@ -222,11 +222,10 @@ async def _islands_tuner(address, tmp_path):
     ({"problem": "mla_decode", "agents": 4, "budgets": {"max_tool_calls": 8}},
      "4 agents need at least 9 tool calls"),
 ])
-def test_bad_agents_fail_the_run_at_once(temporal_server, tmp_path, raw, words):
+def test_bad_agents_fail_the_run_at_once(client, task_queues, tmp_path, raw, words):
     async def go():
-        tq, gq = queues()
-        async with workers(address=temporal_server.address, task_queue=tq, gpu_task_queue=gq,
-                           store_dir=tmp_path, gpu=False) as client:
+        tq, gq = task_queues
+        async with workers(client, task_queue=tq, gpu_task_queue=gq, store_dir=tmp_path, gpu=False):
             handle = await client.start_workflow(names.WORKFLOW_TYPE, raw, id=f"bad-{tq}", task_queue=tq)
             with pytest.raises(WorkflowFailureError) as err:
                 await asyncio.wait_for(handle.result(), 60)
@@ -247,20 +246,20 @@ def test_cli_refuses_agents_it_cannot_feed(argv, words):
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
-def test_parallel_above_the_evaluation_workers_is_reduced(temporal_server, tmp_path):
+def test_parallel_above_the_evaluation_workers_is_reduced(client, task_queues, tmp_path):
     import io
 
     from cli.run import _fit_parallel
     from activities.artifacts import ArtifactStore
 
     async def go():
-        tq, gq = queues()
-        client = await worker_module.connect(temporal_server.address)
+        tq, gq = task_queues
         spec = RunSpec(problem="mla_decode", eval=EvalSettings(device="cpu", parallel=4), gpu_task_queue=gq)
         out = io.StringIO()
         assert (await _fit_parallel(client, spec, False, out)).eval.parallel == 4  # no worker yet: it stands
         assert "no evaluation worker polls" in out.getvalue()
-        sets = [worker_module.build_workers(await worker_module.connect(temporal_server.address), control=False,
+        sets = [worker_module.build_workers(await worker_module.connect(client.service_client.config.target_host),
+                                            control=False,
                                             gpu=True, task_queue=tq, gpu_task_queue=gq,
                                             store=ArtifactStore(tmp_path / "a"), identity=f"gpu-{i}") for i in range(2)]
         tasks = [asyncio.create_task(s.run()) for s in sets]
@@ -297,11 +296,11 @@ def _forged_best(source: str, sha256: str) -> dict:
             "source": {"sha256": sha256, "text": source, "lines": 2}, "verdict": verdict}
 
 
-def test_a_forged_best_signal_leaves_the_runs_best_untouched(temporal_server, tmp_path):
-    asyncio.run(_forged(temporal_server.address, tmp_path))
+def test_a_forged_best_signal_leaves_the_runs_best_untouched(client, task_queues, tmp_path):
+    asyncio.run(_forged(client, task_queues, tmp_path))
 
 
-async def _forged(address, tmp_path):
+async def _forged(client, task_queues, tmp_path):
     """Forged agent_news signals to the run and to both agents of a running 2-agent run: one for a source
     no evaluation of the run ever saw, one for the starting kernel (evaluated) with a forged 999x. The
     agents hold their first turn until both were handled; the run's best stays the starting kernel's
@@ -309,7 +308,7 @@ async def _forged(address, tmp_path):
     from activities.artifacts import sha256_text
     from workflows.models import RunStatus
 
-    tq, gq = queues()
+    tq, gq = task_queues
     release = threading.Event()
 
     def script(key, delivery, request):
@@ -324,7 +323,7 @@ async def _forged(address, tmp_path):
                        model=ModelSettings(model="fake", base_url=fake.base_url, api_key_env=""),
                        budgets=Budgets(max_tool_calls=5), eval=EvalSettings(device="cpu"), gpu_task_queue=gq)
         try:
-            async with workers(address, tq, gq, tmp_path / "artifacts") as client:
+            async with workers(client, tq, gq, tmp_path / "artifacts"):
                 handle = await start(client, spec, tq)
                 deadline = time.monotonic() + 300
                 while not all(any(s.key.endswith(f"agent-{i}/1") for s in fake.seen) for i in (1, 2)):

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from serving.scripted_model import FakeOpenAI, completion, error
-from marathon_support import mla_variant, mla_wrong, queues, start, workers
+from marathon_support import mla_variant, mla_wrong, start, workers
 from workflows.models import Attempt, Budgets, EvalSettings, ModelSettings, RunSpec, ToolCallRecord
 from workflows.toolspec import TOOLS
 
@@ -40,17 +40,17 @@ def script(turn: int, delivery: int, request: dict):
     return completion("nothing more to do", turn=turn)
 
 
-def test_llm_run_with_real_kernels_and_faults(temporal_server, tmp_path):
-    asyncio.run(_llm_run(temporal_server.address, tmp_path))
+def test_llm_run_with_real_kernels_and_faults(client, task_queues, tmp_path):
+    asyncio.run(_llm_run(client, task_queues, tmp_path))
 
 
-async def _llm_run(address, tmp_path):
-    tq, gq = queues()
+async def _llm_run(client, task_queues, tmp_path):
+    tq, gq = task_queues
     with FakeOpenAI(script) as fake:
         spec = RunSpec(problem="mla_decode", model=ModelSettings(model="fake", base_url=fake.base_url,
                                                                  api_key_env="MARATHON_TEST_KEY", retry_initial_s=0.5),
                        budgets=Budgets(max_tool_calls=BUDGET), eval=EvalSettings(device="cpu"), gpu_task_queue=gq)
-        async with workers(address, tq, gq, tmp_path / "artifacts") as client:
+        async with workers(client, tq, gq, tmp_path / "artifacts"):
             handle = await start(client, spec, tq)
             report = await handle.result()
             ledger = await handle.query("ledger", result_type=list[ToolCallRecord])

@@ -11,7 +11,7 @@ import pytest
 
 from compaction.prompt import estimate_tokens, tools_tokens
 from serving.scripted_model import FakeOpenAI, Reply, completion
-from marathon_support import fake_model_spec, mla_variant, queues, segments, start, workers
+from marathon_support import fake_model_spec, mla_variant, segments, start, workers
 from workflows.models import Budgets, RunSpec, ToolCallRecord
 from workflows.toolspec import TOOLS
 
@@ -53,14 +53,14 @@ def spec_for(base_url: str, gpu_queue: str, tool_calls: int = 1000) -> RunSpec:
                            compact_every=40, context_budget=16000)
 
 
-def test_thousand_tool_calls_with_continue_as_new(temporal_server, tmp_path):
-    asyncio.run(_marathon(temporal_server.address, tmp_path))
+def test_thousand_tool_calls_with_continue_as_new(client, task_queues, tmp_path):
+    asyncio.run(_marathon(client, task_queues, tmp_path))
 
 
-async def _marathon(address, tmp_path):
-    tq, gq = queues()
+async def _marathon(client, task_queues, tmp_path):
+    tq, gq = task_queues
     with FakeOpenAI(script) as fake:
-        async with workers(address, tq, gq, tmp_path / "artifacts") as client:
+        async with workers(client, tq, gq, tmp_path / "artifacts"):
             handle = await start(client, spec_for(fake.base_url, gq), tq)
             report = await handle.result()
             ledger = await handle.query("ledger", result_type=list[ToolCallRecord])

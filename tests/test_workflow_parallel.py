@@ -7,24 +7,24 @@ import json
 
 import pytest
 
-from marathon_support import queues, start, workers
+from marathon_support import start, workers
 from workflows.models import Budgets, EvalSettings, RunSpec
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 
-def test_tuner_profiles_two_configurations_at_once(temporal_server, tmp_path):
-    asyncio.run(_parallel(temporal_server.address, tmp_path))
+def test_tuner_profiles_two_configurations_at_once(client, task_queues, tmp_path):
+    asyncio.run(_parallel(client, task_queues, tmp_path))
 
 
-async def _parallel(address, tmp_path):
-    tq, gq = queues()
+async def _parallel(client, task_queues, tmp_path):
+    tq, gq = task_queues
     # 7 tool calls: the start's profile, then two configurations at once (2 writes, 2 profiles), then
     # one more (the budget leaves room for one configuration's 2 calls)
     spec = RunSpec(problem="mla_decode", budgets=Budgets(max_tool_calls=7),
                    eval=EvalSettings(device="cpu", parallel=2), gpu_task_queue=gq)
-    async with workers(address, tq, gq, tmp_path / "a") as client, \
-            workers(address, tq, gq, tmp_path / "b", control=False):
+    async with workers(client, tq, gq, tmp_path / "a"), \
+            workers(client, tq, gq, tmp_path / "b", control=False):
         handle = await start(client, spec, tq)
         report = await handle.result()
         history = await handle.fetch_history()

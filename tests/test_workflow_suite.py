@@ -15,7 +15,7 @@ import pytest
 
 from cli.suite import stop_reasons
 from cli.tables import suite_report_table
-from marathon_support import ROOT, queues, workers
+from marathon_support import ROOT, workers
 from reports.runs import STARTED_BY, rows_from
 from workflows import names
 from workflows.models import Budgets, EvalSettings, RunSpec
@@ -33,17 +33,17 @@ def _spec(problem: str, gpu_queue: str, kernel_source: str | None = None) -> Run
                    gpu_task_queue=gpu_queue)
 
 
-def test_suite_of_three_runs_as_child_workflows(temporal_server, tmp_path):
-    asyncio.run(_suite(temporal_server.address, tmp_path))
+def test_suite_of_three_runs_as_child_workflows(temporal_server, client, task_queues, tmp_path):
+    asyncio.run(_suite(temporal_server.address, client, task_queues, tmp_path))
 
 
-async def _suite(address: str, tmp_path) -> None:
-    tq, gq = queues()
+async def _suite(address: str, client, task_queues, tmp_path) -> None:
+    tq, gq = task_queues
     wrong = (EXAMPLES / "rms_norm_kernel.py").read_text().replace("(x * inv * w)", "(x * w)")
     spec = SuiteSpec(runs=[_spec("silu_scale", gq), _spec("rms_norm", gq, wrong), _spec("linear_gelu", gq)],
                      parallel=2)
     parent = f"suite-{uuid.uuid4().hex[:8]}"
-    async with workers(address, tq, gq, tmp_path / "artifacts") as client:
+    async with workers(client, tq, gq, tmp_path / "artifacts"):
         handle = await client.start_workflow(names.SUITE_WORKFLOW_TYPE, spec, id=parent, task_queue=tq,
                                              result_type=SuiteReport, memo={STARTED_BY: "alice@box"})
         report = await asyncio.wait_for(handle.result(), 360)

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 from temporalio import activity
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import evaluation
 from activities.artifacts import ArtifactStore
-from marathon_support import queues, start, workers
+from marathon_support import queues, stand_in_activity, start, workers
 from workflows import names
 from workflows.models import Budgets, EvalInput, EvalResult, EvalSettings, RunSpec, RunStatus
 
@@ -39,26 +40,22 @@ class GpuStandIn:
         return self.last
 
     def activities(self) -> list:
-        def make(name: str):
-            @activity.defn(name=name)
-            def run(inp: EvalInput) -> EvalResult:
-                return self.evaluate(inp)
-            return run
-        return [make(n) for n in (names.COMPILE_KERNEL, names.TEST_KERNEL, names.PROFILE_KERNEL)]
+        return [stand_in_activity(n, self.evaluate) for n in (names.COMPILE_KERNEL, names.TEST_KERNEL,
+                                                              names.PROFILE_KERNEL)]
 
 
-def test_the_best_is_tested_on_the_sweep(temporal_server, tmp_path):
-    asyncio.run(_sweep(temporal_server.address, tmp_path))
+def test_the_best_is_tested_on_the_sweep(client, tmp_path):
+    asyncio.run(_sweep(client, tmp_path))  # two runs, each on task queues of its own
 
 
-async def _run(address: str, tmp_path: Path, sweep_best: bool):
+async def _run(client: Client, tmp_path: Path, sweep_best: bool):
     tq, gq = queues()
     stand_in = GpuStandIn(ArtifactStore(tmp_path / "gpu"))
     # 3 tool calls: the start's profile, then one configuration (a write and a profile)
     spec = RunSpec(problem="mla_decode", budgets=Budgets(max_tool_calls=3),
                    eval=EvalSettings(device="cpu", sweep_best=sweep_best), gpu_task_queue=gq)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:
-        async with workers(address, tq, gq, tmp_path / "control", gpu=False) as client:
+        async with workers(client, tq, gq, tmp_path / "control", gpu=False):
             gpu = Worker(client, task_queue=gq, activities=stand_in.activities(), activity_executor=ex,
                          max_concurrent_activities=1)
             async with gpu:
@@ -68,8 +65,8 @@ async def _run(address: str, tmp_path: Path, sweep_best: bool):
     return report, status, stand_in
 
 
-async def _sweep(address, tmp_path):
-    report, status, stand_in = await _run(address, tmp_path / "on", sweep_best=True)
+async def _sweep(client, tmp_path):
+    report, status, stand_in = await _run(client, tmp_path / "on", sweep_best=True)
     assert report.best is not None and report.best.verdict.device == "cuda"
     [call] = stand_in.sweep_calls  # once, after the run, of the best
     assert call.tool == names.TEST_KERNEL and call.attempt == report.best.attempt
@@ -81,6 +78,6 @@ async def _sweep(address, tmp_path):
     line = f"sweep check of the best (attempt {report.best.attempt}): incorrect"
     assert any(n.startswith(line) for n in status.notebook), status.notebook
 
-    report, status, stand_in = await _run(address, tmp_path / "off", sweep_best=False)
+    report, status, stand_in = await _run(client, tmp_path / "off", sweep_best=False)
     assert report.best is not None and stand_in.sweep_calls == [] and report.best_sweep is None
     assert not any("sweep check" in n for n in status.notebook)

@@ -14,7 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from compaction.text import one_line
     from reports.fmt import duration_us
     from workflows import limits, names
-    from workflows.labels import config_label
+    from kernels.labels import config_label
     from workflows.models import (BestReport, Extension, Fault, NotebookEntry, RunReport, RunSpec, RunState,
                                   RunStatus)
     from workflows.yardstick import geomean_latency

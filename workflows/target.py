@@ -14,7 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from compaction.memory import Goal, empty_memory
     from workflows import names
-    from workflows.labels import shape_label
+    from kernels.labels import shape_label
     from workflows.models import Attempt, EvalInput, EvalResult, PrepareInput, RunSetup
     from workflows.records import TASK_BASELINE
 

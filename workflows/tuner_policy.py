@@ -12,7 +12,7 @@ with workflow.unsafe.imports_passed_through():
     from kernels.problems.tunables import TunablesError, with_config
     from tasks import tunables as task_tunables
     from workflows import names
-    from workflows.labels import config_label
+    from kernels.labels import config_label
     from workflows.models import AgentNews, SourceRef, TunerTrial
     from workflows.tuner import config_key, next_config, space_size
     from workflows.yardstick import geomean_latency

@@ -21,17 +21,21 @@ import time
 from typing import Callable
 
 from kernels.evaluator.verdict import KnownBaseline, Verdict, device_label
+from kernels.settings import settings
 
-DEFAULT_TTL_S = 1800.0
 
 
 class BaselineCache:
-    def __init__(self, ttl_s: float = DEFAULT_TTL_S, clock: Callable[[], float] = time.monotonic) -> None:
-        self.ttl_s = ttl_s
+    def __init__(self, ttl_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl_s = ttl_s  # None: MARATHON_BASELINE_TTL_S, read at each use
         self._clock = clock
         self._lock = threading.Lock()  # a CPU worker may run several evaluations at once
         # (problem, device, gpu, shape, name, reps) -> (timing, measured at)
         self._entries: dict[tuple, tuple] = {}
+
+    @property
+    def ttl_s(self) -> float:
+        return settings().baseline_ttl_s if self._ttl_s is None else self._ttl_s
 
     @staticmethod
     def _key(problem: str, device: str, gpu: str, shape: dict, name: str, reps: int) -> tuple:

@@ -1,20 +1,23 @@
-"""How the evaluator's processes are started and cleaned up: the judge's environment is built from an
-allowlist (never a copy of the worker's, which holds the model's API key), the judge and the
-candidate are made non-dumpable (their children cannot read their /proc environ, cmdline or memory),
-each dies with the process that started it, and scratch folders left by a killed worker are removed
-when the next one starts. Torch-free: the worker and the evaluator's front door import it."""
+"""How the evaluator's processes are started and cleaned up: each process's environment is built from
+an allowlist (the judge's of the worker's, which holds the model's API key; the sandboxes' of the
+judge's), the judge and the sandboxes are made non-dumpable (their children cannot read their /proc
+environ, cmdline or memory), each dies with the process that started it, and scratch folders left by
+a killed worker are removed when the next one starts. Torch-free: the worker and the evaluator's front
+door import it; the mechanisms (libc, prctl) are kernels/evaluator/isolation.py's."""
 from __future__ import annotations
 
-import ctypes
+import hashlib
+import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
-PR_SET_PDEATHSIG = 1
-PR_SET_DUMPABLE = 4
+from kernels.evaluator import isolation
 
+# --- the environment allowlists -------------------------------------------------------------------
 # Variable names that never leave the worker, whatever their prefix says.
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE")
 # What the judge needs from the worker's environment: the toolchain (CUDA, Triton, torch, the
@@ -23,6 +26,13 @@ SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "A
 JUDGE_ENV_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "TMPDIR", "LD_LIBRARY_PATH",
                    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CC", "CXX")
 JUDGE_ENV_PREFIXES = ("LC_", "CUDA_", "TRITON_", "NVIDIA_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "FLA_", "MARATHON_")
+# What a sandbox (the candidate's process, a file problem's) gets of the judge's: the toolchain and
+# its GPU, names that begin so (PATH and LD_LIBRARY_PATH included); none of the judge's own switches.
+SANDBOX_ENV_PREFIXES = ("CUDA_", "TRITON_", "NVIDIA_", "LD_LIBRARY_PATH", "PATH", "LANG", "LC_")
+# Set by activities.evaluation.ncu_metrics when it runs the judge under Nsight Compute: a digest of each
+# variable of the environment it started ncu with, so the judge can tell which ones ncu added or
+# changed (profiler_env) without the values themselves travelling in another variable.
+PROFILER_BASE_ENV = "MARATHON_NCU_BASE_ENV"
 
 # Scratch folders of the evaluator's processes, under the temp dir; the owner's pid follows the prefix
 # (kernels.evaluator.confinement.scratch_prefix) so that a starting worker can tell a dead owner's from a live one's.
@@ -81,6 +91,10 @@ def scrub(obj, env: dict[str, str] | None = None):
     return walk(obj)
 
 
+def env_digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
 def judge_env(scratch: str | Path, project_root: str | Path, source: dict[str, str] | None = None) -> dict[str, str]:
     """The judge process's whole environment: the allowlisted variables of `source` (the worker's
     environment), HOME in the judge's scratch folder, the project on PYTHONPATH. Triton's cache keeps
@@ -97,18 +111,56 @@ def judge_env(scratch: str | Path, project_root: str | Path, source: dict[str, s
     return env
 
 
-def _libc():
-    lc = ctypes.CDLL(None, use_errno=True)
-    lc.prctl.restype = ctypes.c_int
-    return lc
+def sandbox_env(device: str, home: str | Path, token: str, project_root: str | Path, triton_cache: str,
+                source: dict[str, str] | None = None) -> dict[str, str]:
+    """A sandbox's whole environment: the allowlisted variables of `source` (the judge's environment),
+    its folder as HOME and TMPDIR, the project and the interpreter's site-packages on PYTHONPATH (nothing
+    else of the judge's path), Triton's shared cache, the sandbox's token, and under Nsight Compute
+    what the profiler added (profiler_env)."""
+    source = dict(os.environ if source is None else source)
+    env = {k: v for k, v in source.items() if k.startswith(SANDBOX_ENV_PREFIXES) and not looks_secret(k)}
+    env.update({
+        "HOME": str(home), "TMPDIR": str(home), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": os.pathsep.join([str(project_root)] + [p for p in sys.path if p and "site-packages" in p]),
+        "TRITON_CACHE_DIR": triton_cache,
+        "OMP_NUM_THREADS": source.get("OMP_NUM_THREADS", "2"),
+        isolation.SANDBOX_TOKEN_VAR: token,  # marks every process of this sandbox, for the watchdog and the cleanup
+    })
+    env.update(profiler_env(source))
+    env.pop("TRITON_INTERPRET", None)
+    # a candidate autotunes afresh: its cache directory is shared with other candidates, and a cached
+    # pick from one of them must not steer another (the judge's own baselines do cache, elsewhere)
+    env.pop("TRITON_CACHE_AUTOTUNING", None)
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    return env
 
 
+def profiler_env(source: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables Nsight Compute put into the judge's environment (its injection library and how to
+    reach the profiler), for the sandbox: without them the injected library that follows child
+    processes crashed the sandbox (SIGSEGV, on the H200 with every fence up and with each one down).
+    Only under ncu_metrics; never a variable whose name looks like a secret, never ours (MARATHON_*,
+    PROFILER_BASE_ENV included)."""
+    source = dict(os.environ if source is None else source)
+    base = source.get(PROFILER_BASE_ENV)
+    if not base:
+        return {}
+    try:
+        digests = json.loads(base)
+    except ValueError:
+        return {}
+    return {k: v for k, v in source.items()
+            if digests.get(k) != env_digest(v) and not k.startswith("MARATHON_") and not looks_secret(k)}
+
+
+# --- process hygiene ------------------------------------------------------------------------------
 def make_non_dumpable() -> bool:
     """PR_SET_DUMPABLE 0 for this process: its /proc files become root's and ptrace-style access
     (environ, cmdline, mem, attaching) needs CAP_SYS_PTRACE, which the candidate does not hold.
     No core dumps either. Linux only; False where it did not take."""
     try:
-        return _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+        return isolation.libc().prctl(isolation.PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
@@ -118,10 +170,10 @@ def die_with_parent(sig: int = signal.SIGKILL):
     blocks on the child, so that is when the worker dies). If the parent is already gone by the time
     the child asks, the child kills itself at once."""
     parent = os.getpid()
-    lc = _libc()  # loaded before fork: the child must not dlopen
+    isolation.libc()  # loaded before fork: the child must not dlopen
 
     def apply() -> None:
-        lc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        isolation.set_parent_death_signal(sig)
         if os.getppid() != parent:
             os.kill(os.getpid(), sig)
     return apply

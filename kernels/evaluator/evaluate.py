@@ -92,16 +92,6 @@ def request_for(problem: str, kernel: str, problem_source: str | None = None, **
     return EvalRequest(problem=problem, problem_source=problem_source, source=source, kernel=label, **settings)
 
 
-# Set by activities.evaluation.ncu_metrics when it runs the judge under Nsight Compute: a digest of each
-# variable of the environment it started ncu with, so the judge can tell which ones ncu added or
-# changed (judge.profiler_env) without the values themselves travelling in another variable.
-PROFILER_BASE_ENV = "MARATHON_NCU_BASE_ENV"
-
-
-def env_digest(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()[:16]
-
-
 def source_sha256(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
@@ -203,7 +193,7 @@ def _judge_env(scratch: str) -> dict[str, str]:
     env = judge_env(scratch, PROJECT_ROOT)
     # the baselines' Triton autotuning (FLA's: most of a KDA baseline's minute and a half) is kept on
     # disk, so a fresh judge process re-times a baseline without re-tuning it; the candidate's
-    # process does not inherit this (kernels/evaluator/judge.py candidate_env)
+    # process does not inherit this (kernels/evaluator/confinement.py sandbox_env)
     env.setdefault("TRITON_CACHE_AUTOTUNING", "1")
     return env
 

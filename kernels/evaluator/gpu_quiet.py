@@ -4,13 +4,13 @@ user's job) it waits for them to leave, up to a bound, then times anyway and the
 Torch-free; the query is a plain function so the decision can be tested without a GPU."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
 from typing import Callable
 
-QUIET_WAIT_S = float(os.environ.get("MARATHON_GPU_QUIET_WAIT_S", "120"))  # the longest wait before timing anyway
+from kernels.settings import settings
+
 POLL_S = 2.0
 
 # A query: the pids with a compute context on our GPU, or None when that cannot be known (no nvidia-smi).
@@ -41,12 +41,14 @@ def nvidia_smi_query(gpu_uuid: str | None) -> Query:
     return query
 
 
-def wait_for_quiet_gpu(query: Query, ours: Callable[[], set[int]], *, bound_s: float = QUIET_WAIT_S,
+def wait_for_quiet_gpu(query: Query, ours: Callable[[], set[int]], *, bound_s: float | None = None,
                        poll_s: float = POLL_S, clock: Callable[[], float] = time.monotonic,
                        sleep: Callable[[float], None] = time.sleep) -> str:
     """Waits until no process but ours (the judge and its sandbox) uses the GPU, at most bound_s.
     Returns "" when the GPU was free from the start (or nobody can tell); otherwise a sentence for the
-    verdict: whom it waited for, how long, and whether the timing went ahead beside them."""
+    verdict: whom it waited for, how long, and whether the timing went ahead beside them. bound_s
+    defaults to MARATHON_GPU_QUIET_WAIT_S."""
+    bound_s = settings().gpu_quiet_wait_s if bound_s is None else bound_s
     t0 = clock()
     seen: set[int] = set()
     while True:

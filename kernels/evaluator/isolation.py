@@ -55,6 +55,7 @@ _ARCH = {
 }
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
@@ -136,7 +137,7 @@ def enter_pid_namespace() -> str:
     sys.stderr.flush()
     pid = os.fork()  # Python's fork: the child runs Python on; no thread exists yet
     if pid == 0:
-        lc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        set_parent_death_signal(signal.SIGKILL)
         global PID_NAMESPACE, PRIVATE_DEV_SHM
         PID_NAMESPACE = how
         PRIVATE_DEV_SHM = _private_dev_shm()
@@ -171,6 +172,8 @@ def _keep(child: int) -> None:
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """This process gets `sig` when the thread that started it ends: the one place the evaluator's and
+    the servers' children are tied to their parents (called after fork; libc() must be loaded before)."""
     try:
         libc().prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
     except (OSError, AttributeError):
@@ -459,13 +462,16 @@ def _parents() -> dict[int, int]:
     return out
 
 
+SANDBOX_TOKEN_VAR = "MARATHON_SANDBOX"  # in every sandbox process's environment: its sandbox's token
+
+
 def process_tree(root_pid: int, token: str, orphans: bool = True) -> list[int]:
     """The sandbox's processes: descendants of root_pid, and any process whose environment carries
     the token (orphans of a fork bomb that called setsid land elsewhere in the tree)."""
     if not os.path.isdir("/proc"):
         return []
     parents = _parents()
-    marker = f"MARATHON_SANDBOX={token}".encode()
+    marker = f"{SANDBOX_TOKEN_VAR}={token}".encode()
     found = {root_pid} if root_pid in parents else set()
     grew = True
     while grew:

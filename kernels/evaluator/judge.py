@@ -31,16 +31,18 @@ import torch
 import triton
 
 from kernels.evaluator import confinement, gpu_quiet, isolation, timing
+from kernels.evaluator.timing import compare, time_baseline
 from kernels.evaluator.seal import SEAL_EXIT
 from kernels.evaluator.hostinfo import nvidia_driver
-from kernels.evaluator.evaluate import (PROFILER_BASE_ENV, PROJECT_ROOT, EvalRequest, EvaluatorError, ProblemCheck,
-                                        ProblemReport, env_digest, source_sha256)
-from kernels.evaluator.confinement import SECRET_WORDS
+from kernels.evaluator.evaluate import (PROJECT_ROOT, EvalRequest, EvaluatorError, ProblemCheck, ProblemReport,
+                                        source_sha256)
 from kernels.evaluator.policy import check_source, module_violation
 from kernels.problems.kernelbench import FileFacts, ReferenceCall, check_given, full_shape, statement
 from kernels.problems.spec import PROBLEM_NAMES, ProblemSpec, ShapeError, get_problem
 from kernels.evaluator.roofline import DeviceProfile, profile_for_gpu
+from kernels.labels import shape_label
 from kernels.evaluator.verdict import Gpu, KnownBaseline, ShapeResult, Timing, Verdict, device_label
+from kernels.settings import FENCE_FIELDS, FENCE_SWITCHES, exit_on_bad_settings, settings, variable
 
 SUSPECT_SPEEDUP = 10.0  # over the strongest baseline: flagged, not rejected
 FLOOR_MARGIN = 0.9  # a median under 90% of the roofline floor is physically implausible
@@ -49,12 +51,6 @@ FLOOR_MARGIN = 0.9  # a median under 90% of the roofline floor is physically imp
 # 1e-3 limit on 14 of 400 seeds), and dropping it for that made evaluations flaky.
 BASELINE_TOLERANCE_FACTOR = 4.0
 LOG_TAIL_CHARS = 4000
-# Environment variables a candidate may see; everything else (keys, tokens) stays behind.
-PASS_ENV_PREFIXES = ("CUDA_", "TRITON_", "NVIDIA_", "LD_LIBRARY_PATH", "PATH", "LANG", "LC_")
-# Resource limits of the candidate's process tree (each can be set in the judge's environment).
-MAX_PROCESSES = int(os.environ.get("MARATHON_SANDBOX_MAX_PROCESSES", "16"))  # ptxas/gcc while compiling
-SCRATCH_QUOTA = int(os.environ.get("MARATHON_SANDBOX_DISK", str(4 * 2**30)))  # bytes under the scratch dir
-GPU_MEMORY_FRACTION = float(os.environ.get("MARATHON_SANDBOX_GPU_FRACTION", "0.8"))  # the judge keeps the rest
 OUTPUT_FRAMING = 2**20  # bytes torch.save adds to a tensor's (its archive's headers), generously
 POLL_S = 0.25  # how often the judge looks at the sandbox's processes, memory and disk while it waits
 # Bytes a float output must be off by, relative to max|ref|, for two runs of the same inputs with
@@ -72,52 +68,10 @@ class Outcome(Exception):
         self.status, self.reason = status, reason
 
 
-def _env_flag(name: str, default: bool = True) -> bool:
-    return os.environ.get(name, "1" if default else "0").strip().lower() not in ("0", "false", "no", "off", "")
-
-
-def profiler_env() -> dict[str, str]:
-    """The variables Nsight Compute put into the judge's environment (its injection library and how to
-    reach the profiler), for the candidate's process: without them the injected library that follows
-    child processes crashed the sandbox (SIGSEGV, on the H200 with every fence up and with each one
-    down). Only under ncu_metrics; never a variable whose name looks like a secret, never ours
-    (MARATHON_*, PROFILER_BASE_ENV included)."""
-    base = os.environ.get(PROFILER_BASE_ENV)
-    if not base:
-        return {}
-    try:
-        digests = json.loads(base)
-    except ValueError:
-        return {}
-    return {k: v for k, v in os.environ.items()
-            if digests.get(k) != env_digest(v) and not k.startswith("MARATHON_")
-            and not any(w in k.upper() for w in SECRET_WORDS)}
-
-
-def candidate_env(device: str, scratch: Path, token: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k.startswith(PASS_ENV_PREFIXES) and not any(w in k.upper() for w in SECRET_WORDS)}
-    env.update({
-        "HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT)] + [p for p in sys.path if p and "site-packages" in p]),
-        "TRITON_CACHE_DIR": triton_cache_dir(),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
-        "MARATHON_SANDBOX": token,  # marks every process of this sandbox, for the watchdog and the cleanup
-    })
-    env.update(profiler_env())
-    env.pop("TRITON_INTERPRET", None)
-    # a candidate autotunes afresh: its cache directory is shared with other candidates, and a cached
-    # pick from one of them must not steer another (the judge's own baselines do cache, elsewhere)
-    env.pop("TRITON_CACHE_AUTOTUNING", None)
-    if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"
-    return env
-
-
 def triton_cache_dir() -> str:
-    path = os.environ.get("MARATHON_TRITON_CACHE", str(Path(tempfile.gettempdir()) / "marathon-triton-cache"))
+    path = settings().triton_cache_dir()
     os.makedirs(path, exist_ok=True)
-    return path
+    return str(path)
 
 
 def _limits(device: str):
@@ -128,6 +82,7 @@ def _limits(device: str):
     machines (error 304) when they came first."""
     import resource
     isolation.libc()  # load libc here: the child must not dlopen after fork
+    address_space = settings().sandbox_address_space  # read here: the child runs no more Python than it must
 
     def apply() -> None:
         isolation.set_parent_death_signal(signal.SIGKILL)
@@ -137,24 +92,14 @@ def _limits(device: str):
         except (ValueError, OSError):
             pass
         if device == "cpu":  # CUDA maps huge virtual ranges, so address-space limits are CPU-only
-            cap = int(os.environ.get("MARATHON_SANDBOX_ADDRESS_SPACE", str(12 * 2**30)))
-            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
     return apply
 
 
-FENCE_SWITCHES = {"seccomp": "MARATHON_SANDBOX_SECCOMP", "landlock": "MARATHON_SANDBOX_LANDLOCK",
-                  "landlock_reads": "MARATHON_SANDBOX_LANDLOCK_READS", "landlock_exec": "MARATHON_SANDBOX_LANDLOCK_EXEC",
-                  "pid_namespace": "MARATHON_SANDBOX_PIDNS", "netns": "MARATHON_SANDBOX_NETNS",
-                  "capabilities": "MARATHON_SANDBOX_DROP_CAPABILITIES"}
-
-
-def seal_mode() -> str:
-    """MARATHON_SANDBOX_SEAL: on (the default), off (tests of the fences alone), or report (the seal
-    ends nothing and its would-be kills become flags: for measuring what honest candidates do)."""
-    value = os.environ.get("MARATHON_SANDBOX_SEAL", "1").strip().lower()
-    if value == "report":
-        return "report"
-    return "off" if value in ("0", "false", "no", "off", "") else "on"
+def fence_on(name: str) -> bool:
+    """Whether the fence `name` (a key of FENCE_SWITCHES) is switched on now: the fence self-test may
+    have switched one off in this process."""
+    return getattr(settings(), FENCE_FIELDS[name])
 
 
 def fence_self_test(device: str) -> str:
@@ -164,7 +109,7 @@ def fence_self_test(device: str) -> str:
     fence that breaks honest GPU work here (a driver that writes somewhere unexpected, a compiler that
     forks) costs one probe, not every evaluation. The marker lives outside every path a candidate may write. Returns a note for the
     verdict. MARATHON_SANDBOX_SELF_TEST=0 skips it."""
-    if device != "cuda" or not _env_flag("MARATHON_SANDBOX_SELF_TEST"):
+    if device != "cuda" or not settings().sandbox_self_test:
         return ""
     folder = Path(tempfile.gettempdir()) / "marathon-fences"
     folder.mkdir(mode=0o700, exist_ok=True)
@@ -199,7 +144,7 @@ def _probe_fences(device: str) -> dict:
         with tempfile.TemporaryDirectory(prefix=confinement.scratch_prefix("marathon-fence-probe")) as tmp:
             req_path, out_path = Path(tmp) / "request.json", Path(tmp) / "verdict.json"
             req_path.write_text(req.model_dump_json())
-            env = {**os.environ, "MARATHON_SANDBOX_SELF_TEST": "0", **{FENCE_SWITCHES[n]: "0" for n in off}}
+            env = {**os.environ, variable("sandbox_self_test"): "0", **{FENCE_SWITCHES[n]: "0" for n in off}}
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
             try:
                 subprocess.run([sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)], env=env,
@@ -248,7 +193,7 @@ class CandidateProcess:
         self.inputs_dir.mkdir(exist_ok=True)
         self.workdir = scratch / ("work" if self.NAME == "candidate" else self.NAME)  # cwd, HOME, TMPDIR; outputs
         self.workdir.mkdir()
-        self.contained = _env_flag(FENCE_SWITCHES["pid_namespace"])
+        self.contained = fence_on("pid_namespace")
         read_fd, write_fd = os.pipe()
         self.log = open(self.log_path, "wb")
         entry = ["-m", "kernels.evaluator.contained", self.MODULE] if self.contained else ["-m", self.MODULE]
@@ -266,7 +211,7 @@ class CandidateProcess:
         self.assigned = False  # unassigned, it is killed on close: it has nothing to finish
 
     def environment(self) -> dict[str, str]:
-        return candidate_env(self.device, self.workdir, self.token)
+        return confinement.sandbox_env(self.device, self.workdir, self.token, PROJECT_ROOT, triton_cache_dir())
 
     def caches(self) -> list[str]:
         """Compiler caches it may write besides its folder: Triton's, shared by the candidates."""
@@ -276,7 +221,7 @@ class CandidateProcess:
         """The fences' part of an assignment: the switches (read now: the fence self-test may have set
         them), what it may write and read (kernels/evaluator/fences.py adds the system's paths), and
         which programs it may start."""
-        switches = {name: int(_env_flag(var)) for name, var in FENCE_SWITCHES.items()}
+        switches = {name: int(fence_on(name)) for name in FENCE_SWITCHES}
         return {"seccomp": switches["seccomp"], "landlock": switches["landlock"],
                 "landlock_reads": switches["landlock_reads"], "landlock_exec": switches["landlock_exec"],
                 "netns": switches["netns"], "drop_capabilities": switches["capabilities"],
@@ -296,8 +241,8 @@ class CandidateProcess:
         toolchain = "triton" if self.device == "cuda" else "none"
         self.send({"nonce": self.nonce, "candidate": str(candidate), "entry": entry, "device": self.device,
                    **self.fence_assignment(toolchain),
-                   "gpu_memory_fraction": GPU_MEMORY_FRACTION if self.device == "cuda" else 0.0, "fsize": fsize,
-                   "seal": seal_mode(), **(problem or {})})
+                   "gpu_memory_fraction": settings().sandbox_gpu_fraction if self.device == "cuda" else 0.0,
+                   "fsize": fsize, "seal": settings().sandbox_seal, **(problem or {})})
 
     def send(self, cmd: dict) -> None:
         try:
@@ -310,9 +255,10 @@ class CandidateProcess:
         """One look at the sandbox's process tree; raises the verdict when it overstepped."""
         self.polls += 1
         pids = isolation.process_tree(self.proc.pid, self.token, orphans=self.polls % 4 == 0)
-        if len(pids) > MAX_PROCESSES:
+        limits = settings()
+        if len(pids) > limits.sandbox_max_processes:
             self.kill()
-            raise Outcome("rejected", f"{self.WHO} started {len(pids)} processes (limit {MAX_PROCESSES}): "
+            raise Outcome("rejected", f"{self.WHO} started {len(pids)} processes (limit {limits.sandbox_max_processes}): "
                           "a fork bomb, or work outside the sandbox's process; killed")
         rss = isolation.rss_bytes(pids)
         if rss > self.memory_cap:
@@ -320,10 +266,10 @@ class CandidateProcess:
             raise Outcome("crashed", f"{self.WHO} used {rss / 2**30:.1f} GiB of host memory (limit "
                           f"{self.memory_cap / 2**30:.0f} GiB) and was killed")
         used = _disk_usage(self.workdir) + _disk_usage(self.log_path) - self._allowed()
-        if used > SCRATCH_QUOTA:
+        if used > limits.sandbox_disk:
             self.kill()
             raise Outcome("rejected", f"{self.WHO} wrote {used / 2**20:.0f} MiB under its scratch directory "
-                          f"(quota {SCRATCH_QUOTA / 2**20:.0f} MiB) and was killed")
+                          f"(quota {limits.sandbox_disk / 2**20:.0f} MiB) and was killed")
 
     def expect(self, path: Path, nbytes: int) -> None:
         """An output the judge asked the process to save at `path`: up to its size (and torch.save's
@@ -499,27 +445,6 @@ class ProblemProcess(CandidateProcess):
                    "param_seed": param_seed, "device": self.device, **self.fence_assignment("torch-compile")})
 
 
-PROBLEM_BUDGET_S = float(os.environ.get("MARATHON_PROBLEM_TIMEOUT_S", "300"))  # a file problem's code, all told
-
-
-def time_baseline(fn, ref: torch.Tensor, input_sets: list[dict], device: str, reps: int, warmup: int,
-                  sync_reps: int, limit_rel: float) -> dict:
-    """One baseline: checked against the reference on the first input set (a broken one is far off),
-    then timed as candidates are. {"kind": "timed", "timing"} | {"kind": "disagrees", "rel"} |
-    {"kind": "failed", "error"}. Run by the judge for shipped problems and by a file problem's process
-    for its own baselines."""
-    try:
-        with torch.no_grad():
-            rel, _, finite = compare(fn(**input_sets[0]), ref)
-        if not finite or rel > limit_rel:
-            return {"kind": "disagrees", "rel": rel}
-        with torch.no_grad():
-            raw = timing.time_fn(fn, input_sets, device, reps, warmup, **({"sync_reps": sync_reps} if sync_reps else {}))
-    except Exception as exc:  # a broken optional baseline is reported, never fatal
-        return {"kind": "failed", "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-    return {"kind": "timed", "timing": raw}
-
-
 class ProblemFailed(Outcome):
     """The file problem cannot be judged as asked: its own code failed (its process raised, died or ran
     out of time in it), or a size was given below 1. No verdict on the candidate: `line` is the one
@@ -558,13 +483,13 @@ class RemoteFileProblem:
         problem_file.parent.mkdir(exist_ok=True)
         problem_file.write_text(self.spec.source)
         self.proc = ProblemProcess(self.device, scratch, self.spec.source)
-        self.proc.assign_problem(problem_file, self.spec.name, self.param_seed, PROBLEM_BUDGET_S, memory_cap)
+        self.proc.assign_problem(problem_file, self.spec.name, self.param_seed, settings().problem_timeout_s, memory_cap)
         try:
             fenced = self.proc.receive()
         except Outcome as outcome:
             if outcome.status == "timeout":
                 raise ProblemFailed(f"problem {self.spec.name}: its process did not start in "
-                                    f"{PROBLEM_BUDGET_S:g} s") from None
+                                    f"{settings().problem_timeout_s:g} s") from None
             raise EvaluatorError(f"the problem's sandbox failed before loading the file ({outcome.reason}):\n"
                                  f"{self.proc.log_tail()[-2500:]}") from None
         self.fences = dict(fenced.get("fences", {}))
@@ -672,8 +597,8 @@ def file_shapes(spec: ProblemSpec, facts: FileFacts, device: str, asked: list[di
         if facts.small is None:
             raise ProblemFailed(facts.small_error or f"problem {spec.name}: no small sizes found for the CPU")
         shape = full_shape(facts.sizes, facts.small)
-        note = (f"small sizes chosen for the CPU's interpreter ({_fmt(shape) or 'none to shrink'}: "
-                f"{facts.small_elements} elements of inputs and parameters; the file's own: {_fmt(facts.sizes) or 'none'})")
+        note = (f"small sizes chosen for the CPU's interpreter ({shape_label(shape) or 'none to shrink'}: "
+                f"{facts.small_elements} elements of inputs and parameters; the file's own: {shape_label(facts.sizes) or 'none'})")
         return [shape], note
     if asked is None:
         asked = spec.shapes(set_name or ("bench" if device == "cuda" else "smoke"))
@@ -818,17 +743,6 @@ def gpu_info() -> Gpu | None:
     return Gpu(name=torch.cuda.get_device_name(), driver=nvidia_driver())
 
 
-def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, bool]:
-    """(relative L2 error, max abs error, finite) of out against the fp32 reference."""
-    out = out.to(ref.device, torch.float32)
-    finite = bool(torch.isfinite(out).all())
-    if not finite:
-        return math.inf, math.inf, False
-    diff = out - ref
-    rel = (diff.norm() / ref.norm().clamp_min(1e-30)).item()
-    return rel, diff.abs().max().item(), True
-
-
 def probe_value(rng: random.Random, lo: int, hi: int, log: bool) -> int:
     """One dimension of a probe shape in [lo, hi]: uniform, or log-uniform when `log`, from 2 up: a
     single token would come up one draw in seven or ten, and one key makes attention's softmax exactly
@@ -859,7 +773,7 @@ CLOCKED_INDEX = 1_000_000
 def test_profile() -> DeviceProfile | None:
     """MARATHON_TEST_DEVICE_PROFILE=name:bytes_per_s:flops_per_s makes the judge apply that roofline
     on any device (tests of the floor check); never set in production."""
-    text = os.environ.get("MARATHON_TEST_DEVICE_PROFILE")
+    text = settings().test_device_profile
     if not text:
         return None
     name, bw, flops = text.split(":")
@@ -969,7 +883,7 @@ class Judge:
                 raise Outcome("compile_error", f"syntax error at line {exc.lineno}: {exc.msg}") from None
             except (RecursionError, MemoryError, ValueError) as exc:  # nested past the parser's depth, NUL bytes
                 raise Outcome("compile_error", f"the source cannot be parsed: {type(exc).__name__}") from None
-            if _env_flag("MARATHON_UNSAFE_SKIP_POLICY", default=False):
+            if settings().unsafe_skip_policy:
                 self.verdict.flags.append("the static policy was skipped (MARATHON_UNSAFE_SKIP_POLICY): "
                                           "a test of the run-time defences, never a real evaluation")
             else:
@@ -980,7 +894,7 @@ class Judge:
             with self._phase("fence_self_test"):
                 self_test = fence_self_test(self.device)
             if prestarted is not None and (prestarted.device != self.device
-                                           or prestarted.contained != _env_flag(FENCE_SWITCHES["pid_namespace"])):
+                                           or prestarted.contained != fence_on("pid_namespace")):
                 prestarted.close()  # started for another device, or (after the self-test) in the wrong namespace
                 prestarted = None
             with contextlib.ExitStack() as stack:
@@ -1058,7 +972,7 @@ class Judge:
         return max(64 * 2**20, 2 * largest + 16 * 2**20)
 
     def _memory_cap(self) -> int:
-        return memory_cap(self.device)
+        return settings().sandbox_memory_bytes(self.device)
 
     @contextlib.contextmanager
     def _phase(self, name: str):
@@ -1165,7 +1079,7 @@ class Judge:
         if not finite or rel > self.tolerance.rel or max_abs > bound:
             why = "NaN or Inf in the output" if not finite else (
                 f"rel_err {rel:.3g} (limit {self.tolerance.rel:g}), max_abs_err {max_abs:.3g} (limit {bound:.3g})")
-            raise Outcome("incorrect", f"wrong answer at {_fmt(shape)}, {what}: {why}")
+            raise Outcome("incorrect", f"wrong answer at {shape_label(shape)}, {what}: {why}")
 
     def _reproducible(self, shape, out: torch.Tensor, again: torch.Tensor, ref: torch.Tensor) -> None:
         """Two runs on the same inputs, fresh memory filled with 0xFF and then 0x7B: a kernel that
@@ -1175,11 +1089,11 @@ class Judge:
         diff = (again.float() - out.float()).abs().nan_to_num(math.inf).max().item()
         bound = REPRODUCIBLE_FRAC * ref.abs().max().item()
         if diff <= bound:
-            note = f"the output is not bitwise reproducible at {_fmt(shape)} (max diff {diff:.3g}): atomics?"
+            note = f"the output is not bitwise reproducible at {shape_label(shape)} (max diff {diff:.3g}): atomics?"
             if note not in self.verdict.flags:
                 self.verdict.flags.append(note)
             return
-        raise Outcome("incorrect", f"the output depends on uninitialised memory: at {_fmt(shape)} two runs on the "
+        raise Outcome("incorrect", f"the output depends on uninitialised memory: at {shape_label(shape)} two runs on the "
                       f"same inputs, with fresh memory filled with 0x{FILL_A:02X} and then 0x{FILL_B:02X}, differ by "
                       f"up to {diff:.3g} (a kernel reads memory it never wrote, or leaves output unwritten)")
 
@@ -1195,7 +1109,7 @@ class Judge:
         if fenced.get("kind") != "fenced":
             raise Outcome("crashed", f"unexpected reply {fenced.get('kind')!r} on the result channel")
         self.verdict.sandbox.update(fenced.get("fences", {}))
-        self.verdict.sandbox["seal"] = seal_mode()
+        self.verdict.sandbox["seal"] = settings().sandbox_seal
         reply = candidate.reply()
         if reply["kind"] == "error":
             raise Outcome("compile_error", f"the candidate failed to import:\n{reply.get('error', '')}")
@@ -1372,8 +1286,8 @@ class Judge:
         """How much of the timed calls' outputs the candidate's process may keep for the re-check: on a
         GPU a share of its memory (past it the process keeps a uniform random sample of the calls,
         drawn call by call after each returns); on the CPU all of them."""
-        if os.environ.get("MARATHON_KEEP_OUTPUT_BYTES"):  # a smaller share, anywhere (tests of the sampling)
-            return int(os.environ["MARATHON_KEEP_OUTPUT_BYTES"])
+        if settings().keep_output_bytes is not None:  # a smaller share, anywhere (tests of the sampling)
+            return settings().keep_output_bytes
         if self.device != "cuda":
             return None
         return int(KEEP_FRACTION * torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
@@ -1426,7 +1340,7 @@ class Judge:
             if not finite or rel > self.tolerance.rel or max_abs > bound:
                 why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
                 raise Outcome("incorrect", f"the output of timed call {i} ({where.get(i)} phase, fresh inputs in "
-                              f"refilled buffers) at {_fmt(shape)} is wrong ({why}): outputs of timed calls are "
+                              f"refilled buffers) at {shape_label(shape)} is wrong ({why}): outputs of timed calls are "
                               "re-checked, so cached, replayed or skipped work fails here")
             del out, ref
 
@@ -1511,14 +1425,14 @@ class Judge:
                 rel, max_abs, finite = compare(out, ref)
                 if not finite or rel > self.tolerance.rel or max_abs > self.tolerance.abs_frac * ref.abs().max().item():
                     why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
-                    raise Outcome("incorrect", f"the output of a call timed by the judge at {_fmt(shape)} is wrong ({why}): "
+                    raise Outcome("incorrect", f"the output of a call timed by the judge at {shape_label(shape)} is wrong ({why}): "
                                   "its inputs took fresh values when the clock started")
                 digest.add(out)
                 del out, ref
             digest = digest.value()
             claimed = reply["digest"]
             if not isinstance(claimed, (int, float)) or abs(claimed - digest) > 1e-6 * (abs(digest) + 1.0):
-                raise Outcome("rejected", f"the outputs saved after the calls timed by the judge at {_fmt(shape)} are not "
+                raise Outcome("rejected", f"the outputs saved after the calls timed by the judge at {shape_label(shape)} are not "
                               "the ones their reply described when the clock stopped: the answers were computed afterwards")
         result.timing.judge_clock_us = round(min(per_call), 3)
         self._clock_check(result, shape, min(per_call), n, min(pings), graphed)
@@ -1556,11 +1470,11 @@ class Judge:
         else:  # the interpreter on a shared CPU: calls vary severalfold; only a gross misreport is caught
             limit, flag, what = 20 * claimed + overhead + 50_000.0, math.inf, "made eagerly"
         if judge_us > limit:
-            raise Outcome("rejected", f"at {_fmt(shape)} the judge's own clock saw {judge_us:.1f} us per call ({n} calls "
+            raise Outcome("rejected", f"at {shape_label(shape)} the judge's own clock saw {judge_us:.1f} us per call ({n} calls "
                           f"{what}, back to back, round trip included) where the sandbox reported {claimed:.1f} us "
                           "per call: the reported time is not the time the calls take (a timer or its statistics patched?)")
         if self.device == "cuda" and judge_us > flag:
-            self.verdict.flags.append(f"at {_fmt(shape)}: {judge_us:.1f} us per call by the judge's clock ({what}, round "
+            self.verdict.flags.append(f"at {shape_label(shape)}: {judge_us:.1f} us per call by the judge's clock ({what}, round "
                                       f"trip included) against {claimed:.1f} us reported: check the timing")
 
     def _wall_check(self, result: ShapeResult, shape, wall_us: float) -> None:
@@ -1569,10 +1483,10 @@ class Judge:
         # the synchronised wall clock also holds the launch overhead (Python, the torch-op monitor,
         # Triton's launcher: tens of us) and two synchronisations: the margins leave honest launchers be
         if wall_us > 5 * event_us + 2000:
-            raise Outcome("rejected", f"at {_fmt(shape)} a call takes {wall_us:.0f} us by the wall clock between full "
+            raise Outcome("rejected", f"at {shape_label(shape)} a call takes {wall_us:.0f} us by the wall clock between full "
                           f"device synchronisations but {event_us:.1f} us by its stream's events: work hidden from the clock")
         if wall_us > 3 * event_us + 300:
-            self.verdict.flags.append(f"at {_fmt(shape)}: {wall_us:.0f} us by the synchronised wall clock against "
+            self.verdict.flags.append(f"at {shape_label(shape)}: {wall_us:.0f} us by the synchronised wall clock against "
                                       f"{event_us:.1f} us by events: check for work outside the stream")
 
     def _speed_checks(self, result: ShapeResult, shape) -> None:
@@ -1584,12 +1498,12 @@ class Judge:
             result.floor_us = round(traffic.floor_us(self.profile), 4)
             result.roofline_pct = round(100.0 * result.floor_us / result.latency_us, 2) if result.latency_us > 0 else math.inf
             if result.latency_us < FLOOR_MARGIN * result.floor_us:
-                raise Outcome("rejected", f"{result.latency_us:.2f} us at {_fmt(shape)} is under the {self.profile.name} "
+                raise Outcome("rejected", f"{result.latency_us:.2f} us at {shape_label(shape)} is under the {self.profile.name} "
                               f"roofline floor of {result.floor_us:.2f} us: physically implausible, so suspect")
         if result.speedup and (self.device == "cuda" or self.profile is not None):
             best = min(result.speedup.values())
             if best > SUSPECT_SPEEDUP:
-                self.verdict.flags.append(f"{best:.1f}x faster than the strongest baseline at {_fmt(shape)}: "
+                self.verdict.flags.append(f"{best:.1f}x faster than the strongest baseline at {shape_label(shape)}: "
                                           "suspect, check it")
 
     def _known_baselines(self, shape) -> dict[str, KnownBaseline]:
@@ -1643,7 +1557,7 @@ class Judge:
             sp = ", ".join(f"{v:.2f}x vs {k}" for k, v in r.speedup.items())
             if not sp and self.req.baselines:  # asked for, none timed: say so where a digest keeps it
                 sp = "no baseline could be timed: see the flags"
-            parts.append(f"{_fmt(r.shape)}: {r.latency_us:.1f} us" + (f" ({sp})" if sp else ""))
+            parts.append(f"{shape_label(r.shape)}: {r.latency_us:.1f} us" + (f" ({sp})" if sp else ""))
         note = "" if self.verdict.timing_meaningful else " [CPU interpreter: times not meaningful]"
         return "correct on every shape; " + "; ".join(parts) + note
 
@@ -1666,18 +1580,8 @@ def _timing(raw: dict) -> Timing:
                   sync_wall_us=round(statistics.median(raw["sync_wall_us"]), 3) if raw.get("sync_wall_us") else None)
 
 
-def _fmt(shape: dict[str, int]) -> str:
-    return ",".join(f"{k}={v}" for k, v in shape.items())
-
-
 AWAIT_REQUEST = "--await-request"  # started ahead of need: the request's paths come later, on stdin
 CHECK_PROBLEM = "--check-problem"  # a file problem checked (marathon problem), not a candidate judged
-
-
-def memory_cap(device: str) -> int:
-    """Host memory a sandbox's process tree may use (the candidate's, a file problem's)."""
-    default = 12 * 2**30 if device == "cpu" else 48 * 2**30
-    return int(os.environ.get("MARATHON_SANDBOX_MEMORY", str(default)))
 
 
 def check_problem(req: ProblemCheck) -> ProblemReport:
@@ -1698,7 +1602,7 @@ def check_problem(req: ProblemCheck) -> ProblemReport:
     with tempfile.TemporaryDirectory(prefix=confinement.scratch_prefix("marathon-problem")) as tmp:
         remote = RemoteFileProblem(spec, device)
         try:
-            remote.start(Path(tmp), memory_cap(device))
+            remote.start(Path(tmp), settings().sandbox_memory_bytes(device))
             facts = remote.facts(small=spec.chooses_smoke("smoke"))
             report.dimensions, report.constants = facts.sizes, facts.constants
             report.statement = statement(spec.name, spec.source, facts)
@@ -1765,7 +1669,8 @@ def main(argv: list[str]) -> int:
     # first: nothing this process starts may read its memory, environment or command line, and it
     # keeps no capability it does not need
     confinement.make_non_dumpable()
-    if isolation.capability_sets().get("CapEff", 0) and _env_flag(FENCE_SWITCHES["capabilities"]):
+    exit_on_bad_settings("marathon-judge")
+    if isolation.capability_sets().get("CapEff", 0) and fence_on("capabilities"):
         isolation.drop_capabilities(keep=JUDGE_CAPABILITIES, no_new_privs=False)
     if argv[:1] == [CHECK_PROBLEM]:
         return _check_problem_main(argv[1:])

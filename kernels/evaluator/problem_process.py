@@ -28,7 +28,7 @@ import torch
 
 from kernels.evaluator import confinement, timing
 from kernels.evaluator import fences as sandbox_fences
-from kernels.evaluator.judge import time_baseline
+from kernels.evaluator.timing import time_baseline
 from kernels.problems.kernelbench import literal_facts
 from kernels.problems.kernelbench_facts import file_facts, is_problems_fault, problem_error, problem_line
 from kernels.problems.kernelbench_facts import runs as run_reference

@@ -6,6 +6,7 @@ the clock), runs under the torch-op monitor, and its output is kept for the judg
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 from typing import Callable
@@ -326,3 +327,32 @@ def summarize(times_us: list[float]) -> dict:
         return ordered[min(n - 1, max(0, round(p * (n - 1))))]
 
     return {"median_us": statistics.median(ordered), "p10_us": pct(0.1), "p90_us": pct(0.9), "calls": n}
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, bool]:
+    """(relative L2 error, max abs error, finite) of out against the fp32 reference."""
+    out = out.to(ref.device, torch.float32)
+    finite = bool(torch.isfinite(out).all())
+    if not finite:
+        return math.inf, math.inf, False
+    diff = out - ref
+    rel = (diff.norm() / ref.norm().clamp_min(1e-30)).item()
+    return rel, diff.abs().max().item(), True
+
+
+def time_baseline(fn, ref: torch.Tensor, input_sets: list[dict], device: str, reps: int, warmup: int,
+                  sync_reps: int, limit_rel: float) -> dict:
+    """One baseline: checked against the reference on the first input set (a broken one is far off),
+    then timed as candidates are. {"kind": "timed", "timing"} | {"kind": "disagrees", "rel"} |
+    {"kind": "failed", "error"}. Run by the judge for shipped problems and by a file problem's process
+    for its own baselines."""
+    try:
+        with torch.no_grad():
+            rel, _, finite = compare(fn(**input_sets[0]), ref)
+        if not finite or rel > limit_rel:
+            return {"kind": "disagrees", "rel": rel}
+        with torch.no_grad():
+            raw = time_fn(fn, input_sets, device, reps, warmup, **({"sync_reps": sync_reps} if sync_reps else {}))
+    except Exception as exc:  # a broken optional baseline is reported, never fatal
+        return {"kind": "failed", "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    return {"kind": "timed", "timing": raw}

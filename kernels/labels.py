@@ -1,5 +1,6 @@
 """How a shape or a configuration reads in one line: `B=1,H=16,S=4096`, `BLOCK_S=32, num_warps=4`. One
-place for the `k=v` form the notebook, the tool results and the tables share. Pure."""
+place for the `k=v` form the judge's reasons, the notebook, the tool results, the memory, the tables and
+the report share. Pure: the workflow and every process import it."""
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
