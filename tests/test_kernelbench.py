@@ -476,7 +476,7 @@ def test_outputs_the_judge_asks_for_are_allowed_beside_the_scratch_quota(tmp_pat
     """The outputs the judge asks the candidate's process to save (a file problem's own sizes: 23_Softmax's
     is 6 GiB) count against no quota, each up to its size; anything else the process writes does."""
     from kernels.evaluator import judge
-    monkeypatch.setattr(judge, "SCRATCH_QUOTA", 2**20)
+    monkeypatch.setenv("MARATHON_SANDBOX_DISK", str(2**20))
     proc = judge.CandidateProcess("cpu", tmp_path)
     try:
         proc.memory_cap = 2**40
