@@ -179,6 +179,8 @@ def suite_report_table(report, stopped: dict[str, str] | None = None) -> str:
                 f"{cells[3]:<{widths[3]}}  {cells[4]}").rstrip()
 
     lines = [f"suite {report.workflow_id}: {len(report.problems)} problems", line(head)] + [line(r) for r in rows]
+    if any(not e.timing_meaningful for e in report.problems):
+        lines.insert(1, f"  {CPU_LINE}")
     fast = ", ".join(f"{k} {v:.2f}" for k, v in report.fast_p.items())
     gm = report.geomean_speedup_vs_eager
     lines.append(f"  {fast}; geometric-mean speedup vs eager {speedup(gm) if gm is not None else '-'}")

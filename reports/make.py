@@ -43,7 +43,7 @@ async def client_for(workflow_id: str, state: Path, address: str | None, namespa
             if await _holds(client, workflow_id):
                 yield client
                 return
-    raise ReportError(f"no run {workflow_id!r} under {state} (no database there holds it; give --state-dir or --address)")
+    raise ReportError(f"no run or suite {workflow_id!r} under {state} (no database there holds it; give --state-dir or --address)")
 
 
 async def _workflow_type(client, workflow_id: str) -> str | None:

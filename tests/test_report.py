@@ -152,7 +152,7 @@ def test_bad_input(scripted, tmp_path):
     state, _, _, folder = scripted
     before = {p: p.read_bytes() for p in folder.iterdir()}
     unknown = cli("report", "no-such-run", "--state-dir", str(state))
-    assert unknown.returncode == 2 and "no run 'no-such-run'" in unknown.stderr
+    assert unknown.returncode == 2 and "no run or suite 'no-such-run'" in unknown.stderr
     assert len(unknown.stderr.strip().splitlines()) == 1
     gone = cli("report", RUN_ID, "--address", "127.0.0.1:1")
     assert gone.returncode == 2 and "cannot reach the Temporal server at 127.0.0.1:1" in gone.stderr

@@ -270,6 +270,10 @@ def test_a_suite_table_with_long_names_keeps_its_columns():
     assert head.index("status") == first.index("ok") == second.index("no kernel")
     assert head.index("stopped because") == first.index("search space exhausted") == second.index("budget spent")
     assert "1.23x vs eager, 0.9x vs torch_compile" in first and "geometric-mean speedup vs eager 1.23x" in text
+    from cli.tables import CPU_LINE
+    assert CPU_LINE not in text  # timed on a GPU: no banner
+    report.problems[0].timing_meaningful = False
+    assert suite_report_table(report).splitlines()[1].strip() == CPU_LINE  # an interpreter's times: said first
 
 
 def test_the_runs_table_says_who_started_each_run():

@@ -36,6 +36,7 @@ class SuiteEntry(BaseModel):
     speedups: dict[str, float] = Field(default_factory=dict)  # baseline -> geometric mean over the shapes
     speedup_vs_eager: float | None = None
     stop_reason: str = ""  # why its run stopped (its RunReport's), or why it failed
+    timing_meaningful: bool = True  # False: its best's times are a CPU interpreter's, its speedups noise
 
 
 class SuiteReport(BaseModel):
@@ -72,7 +73,7 @@ def entry_from_report(problem: str, workflow_id: str, report: RunReport) -> Suit
                 if (g := _geomean([s.speedup[k] for s in v.shapes if k in s.speedup])) is not None}
     return SuiteEntry(problem=problem, workflow_id=workflow_id, status=v.status, reason=v.reason[:300],
                       best_attempt=best.attempt, speedups=speedups, speedup_vs_eager=speedups.get(EAGER),
-                      stop_reason=report.stop_reason)
+                      stop_reason=report.stop_reason, timing_meaningful=v.timing_meaningful)
 
 
 def score(workflow_id: str, entries: list[SuiteEntry]) -> SuiteReport:
