@@ -21,11 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from kernels.evaluator.evaluate import EvalRequest  # noqa: E402
-from kernels.problems.spec import get_problem, resolve_kernel  # noqa: E402
+from kernels.evaluator.evaluate import EvalRequest
+from kernels.problems.spec import get_problem, resolve_kernel
 
 
 def judge(tree: Path, problem: str, kernel: str, env: dict[str, str], timeout: float) -> dict:

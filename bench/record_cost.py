@@ -23,15 +23,13 @@ import time
 from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
+import torch
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
 
-from kernels.evaluator import candidate_process as cp  # noqa: E402
-from kernels.evaluator import seal  # noqa: E402
+from kernels.evaluator import candidate_process as cp
+from kernels.evaluator import seal
 
 CANDIDATE = '''import torch
 import triton

@@ -123,7 +123,6 @@ def test_stack_owner_tells_the_candidate_from_triton_benchmarking(tmp_path):
 
 HOOKED = """
 import importlib.util, json, os, sys
-sys.path.insert(0, {root!r})
 import torch, triton
 from kernels.evaluator import seal
 s = seal.install(candidate_file={cand!r}, scratch={scratch!r}, workdir={scratch!r}, triton_cache={scratch!r},
@@ -139,8 +138,9 @@ module.run()
 def run_hooked(tmp_path: Path, candidate: str) -> subprocess.CompletedProcess:
     cand = tmp_path / "candidate.py"
     cand.write_text(textwrap.dedent(candidate))
-    script = HOOKED.format(root=str(ROOT), cand=str(cand), scratch=str(tmp_path))
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    script = HOOKED.format(cand=str(cand), scratch=str(tmp_path))
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env,
                           cwd=tmp_path)
 
