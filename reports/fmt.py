@@ -5,29 +5,10 @@ from __future__ import annotations
 
 import math
 
-SIG = 3  # significant figures of a speedup or a time
+from kernels.labels import SIG, sig, speedup  # noqa: F401  (the figures' one form, shared with the judge)
+
 CPU_TIMES = ("every time here is the Triton interpreter's on a CPU: it says nothing about speed on a GPU, and a "
              "speedup (a baseline's CPU time over the kernel's) is noise")
-
-
-def sig(x: float, digits: int = SIG) -> str:
-    """`x` to `digits` significant figures in positional notation: 0.000912, 0.0027, 1.23, 12.3, 1234."""
-    if x is None:
-        return ""
-    if not math.isfinite(x):
-        return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
-    if x == 0:
-        return "0"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
-    text = f"{round(x, decimals):.{decimals}f}"
-    if "." in text:  # what rounding filled with zeros is not a measured digit
-        text = text.rstrip("0").rstrip(".")
-    return text
-
-
-def speedup(x: float | None) -> str:
-    """A speedup: `0.00271x`, `1.23x`, `123x`; empty for none."""
-    return "" if x is None else sig(x) + "x"
 
 
 def duration_us(us: float | None) -> str:

@@ -109,4 +109,4 @@ def test_a_verdict_whose_baselines_all_failed_says_so_in_its_reason():
     judge.verdict.flags = ["baseline torch failed: RuntimeError: boom"]
     assert "12.5 us (no baseline could be timed: see the flags)" in judge._summary()
     judge.verdict.shapes[0].speedup = {"torch": 2.0}
-    assert "(2.00x vs torch)" in judge._summary()
+    assert "(2x vs torch)" in judge._summary()

@@ -40,7 +40,7 @@ from kernels.evaluator.policy import check_source, module_violation
 from kernels.problems.kernelbench import FileFacts, ReferenceCall, check_given, full_shape, statement
 from kernels.problems.spec import PROBLEM_NAMES, ProblemSpec, ShapeError, get_problem
 from kernels.evaluator.roofline import DeviceProfile, profile_for_gpu
-from kernels.labels import shape_label
+from kernels.labels import shape_label, speedup
 from kernels.evaluator.verdict import Gpu, KnownBaseline, ShapeResult, Timing, Verdict, device_label
 from kernels.settings import FENCE_FIELDS, FENCE_SWITCHES, exit_on_bad_settings, settings, variable
 
@@ -1554,7 +1554,7 @@ class Judge:
             return f"{self.req.mode} passed on {len(self.verdict.shapes)} shape(s)"
         parts = []
         for r in self.verdict.shapes:
-            sp = ", ".join(f"{v:.2f}x vs {k}" for k, v in r.speedup.items())
+            sp = ", ".join(f"{speedup(v)} vs {k}" for k, v in r.speedup.items())
             if not sp and self.req.baselines:  # asked for, none timed: say so where a digest keeps it
                 sp = "no baseline could be timed: see the flags"
             parts.append(f"{shape_label(r.shape)}: {r.latency_us:.1f} us" + (f" ({sp})" if sp else ""))
