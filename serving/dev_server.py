@@ -37,6 +37,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+PORT_TRIES = 5
+
+
+class PortTaken(RuntimeError):
+    """The server could not bind its port: another process holds it."""
+
+
 class DevServer:
     """`temporal server start-dev` as a child process: SQLite state in `db` (None: in memory), the custom
     search attributes registered, the Web UI on `ui_port` (None: headless)."""
@@ -44,6 +51,7 @@ class DevServer:
     def __init__(self, *, port: int | None = None, ui_port: int | None = None, db: str | Path | None = None,
                  ip: str = "127.0.0.1", log: str | Path | None = None) -> None:
         self.port = port or free_port()
+        self.chose_port = port is None  # a port we picked may be taken before the server binds it: retried
         self.ui_port = ui_port
         self.db = Path(db) if db else None
         self.ip = ip
@@ -66,7 +74,21 @@ class DevServer:
         return cmd
 
     def start(self, timeout_s: float = 60.0) -> "DevServer":
+        """Starts it and waits until it answers. A port this object picked can be taken by another
+        process (an outgoing connection draws from the same range) between the pick and the server's
+        bind: the server then exits at once, and it is started again on a fresh port (PORT_TRIES)."""
+        for attempt in range(PORT_TRIES):
+            try:
+                return self._start_once(timeout_s)
+            except PortTaken:
+                if not self.chose_port or attempt == PORT_TRIES - 1:
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> "DevServer":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        start_at = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True,
@@ -77,8 +99,13 @@ class DevServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the Temporal dev server exited ({self.proc.returncode}); see {self.log_path}:\n"
-                                   + self.log_path.read_text(errors="replace")[-2000:])
+                code, self.proc = self.proc.returncode, None
+                with open(self.log_path, "rb") as f:
+                    f.seek(start_at)
+                    text = f.read().decode(errors="replace")
+                if "address already in use" in text:
+                    raise PortTaken(f"the Temporal dev server's port {self.port} was taken: see {self.log_path}")
+                raise RuntimeError(f"the Temporal dev server exited ({code}); see {self.log_path}:\n" + text[-2000:])
             if self._ready_now():
                 return self
             time.sleep(0.3)
