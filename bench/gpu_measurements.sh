@@ -52,6 +52,9 @@
 #   ncu-source-mla the MLA half of ncu-source alone
 #   examples       the README's three file problems in bf16 against eager and torch.compile, as records
 #                  (bench/kernelbench_examples.sh)
+#   kernelbench-softmax  KernelBench's own level1 23_Softmax.py (from $KERNELBENCH_ROOT, a KernelBench checkout)
+#                  at its own size, 4096 x 393216, judged with bench/candidates/softmax_rows_kernel.py against
+#                  eager and torch.compile
 #   confinement    bench/gpu_confinement.py: fences up, a foreign process on the GPU, hostile candidates and problem files
 #   mla-regimes    MLA tuned at B in $MLA_BATCHES (default 1 4 32) x H in 16 64 128 x S in 1024 8192 65536,
 #                  one `marathon eval` per B against torch and torch.compile, each a result record
@@ -66,7 +69,7 @@
 case ${1:-} in -h|--help|"") sed -n '2,/^case /p' "$0" | sed '$d' | cut -c3-; exit 0 ;; esac
 out=${1:?output dir}; shift
 for step in "$@"; do  # refuse a misspelt name before any GPU time is spent
-  case " integrity lowp mla tuner-kda tuner-mla-all tuner-kda-all kda-shapes kda-sweep kda-scan-nt1 kda-partial mla-sweep kda-long tuner-kda-start tuner-kda-resume kda-scan-speed mla-tune mla-breakdown mla-streams ncu-source-mla examples confinement mla-regimes mla-plans mla-pick mla-width tuner-mla-state kda-pick-shapes kda-forms ncu-fences ncu-source peaks ncu throughput " in *" $step "*) ;; *) echo "unknown measurement: $step (--help lists them)" >&2; exit 2 ;; esac
+  case " integrity lowp mla tuner-kda tuner-mla-all tuner-kda-all kda-shapes kda-sweep kda-scan-nt1 kda-partial mla-sweep kda-long tuner-kda-start tuner-kda-resume kda-scan-speed mla-tune mla-breakdown mla-streams ncu-source-mla examples kernelbench-softmax confinement mla-regimes mla-plans mla-pick mla-width tuner-mla-state kda-pick-shapes kda-forms ncu-fences ncu-source peaks ncu throughput " in *" $step "*) ;; *) echo "unknown measurement: $step (--help lists them)" >&2; exit 2 ;; esac
 done
 if [ -n "${MARATHON_GPU_SETUP:-}" ]; then eval "$MARATHON_GPU_SETUP" || exit 1; fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -140,6 +143,14 @@ for step in "$@"; do
       tar czf "$out/artifacts.tgz" -C "$state" artifacts ;;
     examples)
       timeout 300 bash bench/kernelbench_examples.sh "$out" bfloat16 ;;
+    kernelbench-softmax)
+      file="${KERNELBENCH_ROOT:?a KernelBench checkout}/KernelBench/level1/23_Softmax.py"
+      [ -f "$file" ] || file="$KERNELBENCH_ROOT/level1/23_Softmax.py"
+      cmd="python3 marathon.py eval --problem $file --kernel bench/candidates/softmax_rows_kernel.py --device cuda --timeout 400 --json"
+      timeout 540 $cmd > "$out/kernelbench_softmax.verdict.json"; echo "eval exit $?"
+      python3 bench/record_verdict.py "$out/kernelbench_softmax.verdict.json" --command "$cmd" \
+        --measurement "KernelBench level1 23_Softmax.py, untouched, at its own size (4096 x 393216, float32) with an honest Triton candidate against eager and torch.compile" \
+        --out "$out/kernelbench_softmax.json" ;;
     confinement)
       timeout 540 python3 bench/gpu_confinement.py --out "$out/gpu_confinement.figures.json"; echo "exit $?"
       python3 bench/record_verdict.py "$out/gpu_confinement.figures.json" --figures \

@@ -78,6 +78,23 @@ HOSTILE_ITEMS = [
          shapes=[{"B": 8, "H": 16, "S": 16384}]),
     item("mla_torch_fallback_try", "rejected", "torch computed part of the answer", env=BYPASS),
     item("mla_cpu_memory_bomb", "crashed", "of host memory", env={"MARATHON_SANDBOX_MEMORY": str(4 * 2**30)}),
+    # the rest of the run-time layer past the policy, as tests/test_hostile.py judges it on the CPU
+    item("mla_escape_read_file", "rejected", "on open of /etc/hostname", env=BYPASS),
+    item("mla_escape_gc", "rejected", "on gc.get_objects", env=BYPASS),
+    item("mla_escape_shell", "rejected", "seal ended", env=BYPASS),
+    item("mla_read_secrets", "rejected", "import of os", env=BYPASS),
+    item("mla_frame_walk", "rejected", "of gi_frame", env=BYPASS),
+    item("mla_patch_timer", "rejected", "changed the harness", env=BYPASS),
+    item("mla_torch_os_route", "rejected", "on os.system", env=BYPASS),
+    item("kda_exec_built_string", "rejected", "on compile", env=BYPASS),
+    item("mla_grid_fallback", "rejected", "torch computed part of the answer", env=BYPASS),
+    item("mla_autotune_hook_fallback", "rejected", "torch computed part of the answer", env=BYPASS),
+    item("mla_duck_typed_argument", "rejected", "kernel argument was not a plain tensor", env=BYPASS),
+    item("mla_lazy_subclass", "incorrect", "expected a plain torch.Tensor", env=BYPASS),
+    item("mla_gc_expected_output", "rejected", "import of gc", env=BYPASS),
+    item("mla_pointer_cache", "rejected", "did not change with the candidate's Triton kernels disabled"),
+    item("mla_reused_output", "incorrect", "memory of an earlier call's output"),
+    item("kda_mutates_inputs", "rejected", "modified its inputs"),
 ]
 BOMB = [item("mla_gpu_memory_bomb", "crashed", "out of memory"),
         item("after_gpu_memory_bomb", "ok", kernel="starter")]
