@@ -227,24 +227,30 @@ def check_out_dir(out: Path, workflow_id: str) -> None:
 
 def write_report(facts: RunFacts, out: Path) -> Path:
     """Write the report folder at `out` (see the module docstring); returns the path of report.html."""
+    files = {"report.html": render_html(facts), "report.md": render_md(facts),
+             "attempts.csv": attempts_csv(facts),
+             "notebook.md": f"# Lab notebook of {facts.workflow_id}\n\n" + "".join(f"- {x}\n" for x in facts.notebook)}
+    if facts.best is not None:
+        files["best_verdict.json"] = facts.best.verdict.model_dump_json(indent=2) + "\n"
+        if facts.best_source is not None and facts.task is not None:
+            files["best.patch"] = task_patch(facts)
+        elif facts.best_source is not None:
+            files["best_kernel.py"] = kernel_header(facts) + facts.best_source
+    if facts.problem_source:
+        files[problem_file(facts)] = facts.problem_source
+    return write_report_folder(out, facts.workflow_id, files)
+
+
+def write_report_folder(out: Path, workflow_id: str, files: dict[str, str]) -> Path:
+    """Put `files` (name: text) at `out` as a whole: written beside it, then swapped in, so a reader
+    never sees half a report; a folder of another run's report (or of anything else) is refused.
+    Returns the path of report.html."""
     out = Path(out)
-    check_out_dir(out, facts.workflow_id)
+    check_out_dir(out, workflow_id)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        files = {"report.html": render_html(facts), "report.md": render_md(facts),
-                 "attempts.csv": attempts_csv(facts),
-                 "notebook.md": f"# Lab notebook of {facts.workflow_id}\n\n" + "".join(f"- {x}\n" for x in facts.notebook),
-                 MARKER: facts.workflow_id + "\n"}
-        if facts.best is not None:
-            files["best_verdict.json"] = facts.best.verdict.model_dump_json(indent=2) + "\n"
-            if facts.best_source is not None and facts.task is not None:
-                files["best.patch"] = task_patch(facts)
-            elif facts.best_source is not None:
-                files["best_kernel.py"] = kernel_header(facts) + facts.best_source
-        if facts.problem_source:
-            files[problem_file(facts)] = facts.problem_source
-        for name, text in files.items():
+        for name, text in {**files, MARKER: workflow_id + "\n"}.items():
             (tmp / name).write_text(text, encoding="utf-8")
         if out.exists():
             old = out.with_name(f".{out.name}-old")

@@ -6,8 +6,6 @@ one's from its `finished` query, the problems still going listed as running."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from temporalio.service import RPCError
 
 from reports import fmt
 from reports.collect import ReportError, _payload
-from reports.render import MARKER, _env, check_out_dir
+from reports.render import _env, write_report_folder
 from workflows import names
 from workflows.models import RunReport
 from workflows.suite import FAST_P, SuiteEntry, SuiteReport, SuiteSpec, child_id, score
@@ -133,26 +131,10 @@ def render_suite_md(facts: SuiteFacts) -> str:
 
 
 def write_suite_report(facts: SuiteFacts, out: Path) -> Path:
-    """The suite's report folder: report.html, report.md; returns report.html's path."""
-    out = Path(out)
-    check_out_dir(out, facts.workflow_id)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
-        for name, text in (("report.html", render_suite_html(facts)), ("report.md", render_suite_md(facts)),
-                           ("suite.json", facts.model_dump_json(indent=2) + "\n"), (MARKER, facts.workflow_id + "\n")):
-            (tmp / name).write_text(text, encoding="utf-8")
-        if out.exists():
-            old = out.with_name(f".{out.name}-old")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out / "report.html"
+    """The suite's report folder: report.html, report.md, suite.json; returns report.html's path."""
+    return write_report_folder(out, facts.workflow_id, {
+        "report.html": render_suite_html(facts), "report.md": render_suite_md(facts),
+        "suite.json": facts.model_dump_json(indent=2) + "\n"})
 
 
 def link(html: Path, suite_out: Path) -> str:

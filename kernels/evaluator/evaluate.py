@@ -236,23 +236,7 @@ def _evaluate(request: EvalRequest, heartbeat: Callable[[], None] | None, judge_
                     [sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_judge_env(tmp), cwd=tmp,
                     start_new_session=True, preexec_fn=die_with_parent())
-        deadline = time.monotonic() + request.timeout_s + judge_grace_s
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=2.0)
-                    break
-                except subprocess.TimeoutExpired:
-                    if heartbeat:
-                        heartbeat()
-                    if time.monotonic() > deadline:
-                        raise EvaluatorError("the judge process outlived its deadline and was killed")
-        finally:
-            if proc.poll() is None:
-                _kill_group(proc)
-        if proc.returncode != 0 or not out_path.exists():
-            tail = log_path.read_text(errors="replace")[-3000:]
-            raise EvaluatorError(f"the judge process failed (exit {proc.returncode}):\n{tail}")
+        _await_judge(proc, request.timeout_s + judge_grace_s, heartbeat, out_path, log_path)
         verdict = Verdict.model_validate(scrub(json.loads(out_path.read_text())))
     # what the judge's own clock did not see: starting it (or handing the request to a spare) and its exit
     verdict.phases_s["judge_process"] = round(max(time.monotonic() - t0 - verdict.elapsed_s, 0.0), 3)
@@ -274,24 +258,32 @@ def check_problem(request: ProblemCheck, *, heartbeat: Callable[[], None] | None
                 [sys.executable, "-m", "kernels.evaluator.judge", "--check-problem", str(req_path), str(out_path)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_judge_env(tmp), cwd=tmp,
                 start_new_session=True, preexec_fn=die_with_parent())
-        deadline = time.monotonic() + request.timeout_s
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=2.0)
-                    break
-                except subprocess.TimeoutExpired:
-                    if heartbeat:
-                        heartbeat()
-                    if time.monotonic() > deadline:
-                        raise EvaluatorError("the judge process checking the problem outlived its deadline")
-        finally:
-            if proc.poll() is None:
-                _kill_group(proc)
-        if proc.returncode != 0 or not out_path.exists():
-            tail = scrub(log_path.read_text(errors="replace")[-3000:])
-            raise EvaluatorError(f"the judge process failed (exit {proc.returncode}):\n{tail}")
+        _await_judge(proc, request.timeout_s, heartbeat, out_path, log_path)
         return ProblemReport.model_validate(scrub(json.loads(out_path.read_text())))
+
+
+def _await_judge(proc: subprocess.Popen, limit_s: float, heartbeat: Callable[[], None] | None,
+                 out_path: Path, log_path: Path) -> None:
+    """Wait for a judge process, heartbeating, for at most limit_s; its process group is killed when it
+    overstays or this wait is interrupted. A judge that wrote no result is an infrastructure fault whose
+    message carries its log's tail, scrubbed of this process's environment."""
+    deadline = time.monotonic() + limit_s
+    try:
+        while True:
+            try:
+                proc.wait(timeout=2.0)
+                break
+            except subprocess.TimeoutExpired:
+                if heartbeat:
+                    heartbeat()
+                if time.monotonic() > deadline:
+                    raise EvaluatorError("the judge process outlived its deadline and was killed")
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc)
+    if proc.returncode != 0 or not out_path.exists():
+        tail = scrub(log_path.read_text(errors="replace")[-3000:]) if log_path.exists() else ""
+        raise EvaluatorError(f"the judge process failed (exit {proc.returncode}):\n{tail}")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
