@@ -78,7 +78,7 @@ HOSTILE_ITEMS = [
          shapes=[{"B": 8, "H": 16, "S": 16384}]),
     item("mla_torch_fallback_try", "rejected", "torch computed part of the answer", env=BYPASS),
     item("mla_cpu_memory_bomb", "crashed", "of host memory", env={"MARATHON_SANDBOX_MEMORY": str(4 * 2**30)}),
-    # the rest of the run-time layer past the policy, as tests/test_hostile.py judges it on the CPU
+    # the rest of the run-time layer past the policy, as tests/kernels/evaluator/test_hostile.py judges it on the CPU
     item("mla_escape_read_file", "rejected", "on open of /etc/hostname", env=BYPASS),
     item("mla_escape_gc", "rejected", "on gc.get_objects", env=BYPASS),
     item("mla_escape_shell", "rejected", "seal ended", env=BYPASS),

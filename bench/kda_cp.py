@@ -7,7 +7,7 @@ candidate source for `marathon eval`.
 
 Checks: at every timed shape, the three gate cases of the generator and slow gates (-U(0, 0.02): the
 state outlives the segments, so a wrong combine of the segments' states shows), max relative error
-against the reference; plus the shapes of tests/test_kda_tuned.py's GPU segment test. Timing: CUDA-graph
+against the reference; plus the shapes of tests/kernels/problems/test_kda_tuned.py's GPU segment test. Timing: CUDA-graph
 replays, the L2 flushed before each, median of 30 (kernels/evaluator/timing.py). Phases: the
 preparation alone (every later kernel skipped), then with the segments' states (the segment scan
 skipped); the segment scan is the whole minus that.
@@ -43,7 +43,7 @@ VARIANTS = [
 SHAPES = {"cuda": [{"B": 1, "T": 8192, "H": 8, "K": 128, "V": 128}, {"B": 1, "T": 8192, "H": 16, "K": 128, "V": 128},
                    {"B": 1, "T": 8192, "H": 32, "K": 128, "V": 128}, {"B": 1, "T": 32768, "H": 8, "K": 128, "V": 128}],
           "cpu": [{"B": 1, "T": 300, "H": 2, "K": 32, "V": 32}]}
-# checked only: tests/test_kda_tuned.py::test_bf16_on_gpu_segments' shapes
+# checked only: tests/kernels/problems/test_kda_tuned.py::test_bf16_on_gpu_segments' shapes
 CHECK_ONLY = {"cuda": [{"B": 2, "T": 1000, "H": 1, "K": 128, "V": 128}, {"B": 1, "T": 4095, "H": 4, "K": 128, "V": 128},
                        {"B": 1, "T": 2000, "H": 16, "K": 128, "V": 128}],
               "cpu": [{"B": 2, "T": 130, "H": 1, "K": 16, "V": 32}]}

@@ -29,7 +29,7 @@ shipped: its preparation, which must form C, D, Q' and O0, does not exist yet), 
 settings, CUDA-graph replays with the L2 flushed before each. It answers how much of the scan's time
 the second dependent product costs, before anyone writes that preparation.
 
-`check` prints, at a small shape, what says the experiment itself is right (tests/test_kda_scan_forms.py
+`check` prints, at a small shape, what says the experiment itself is right (tests/kernels/problems/test_kda_scan_forms.py
 bounds it): per gate case, the error of `_scan_transition` (in Triton's interpreter, fp32 throughout) and of
 both bf16 emulations against the recurrence; and, under slow gates (the state carried across chunks), the
 transition emulation with and without the chunk decay gl, so a scan that forgets the decay shows."""

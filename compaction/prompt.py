@@ -44,7 +44,7 @@ MERGED_LINE_CHARS = 10_000  # a merged line (see compaction.summarize) at most t
 
 FIGURES_HEADER = "## Live figures"
 
-# The candidate policy's allowlist in words (kernels/evaluator/policy.py; tests/test_policy.py keeps the
+# The candidate policy's allowlist in words (kernels/evaluator/policy.py; tests/kernels/evaluator/test_policy.py keeps the
 # two in step).
 RULES_SUMMARY = (
     "The evaluator accepts a candidate only within an allowlist: imports of torch, triton and "

@@ -2,7 +2,7 @@
 writes, edits, compiles, tests and profiles candidate kernels with realistic message sizes, the
 workflow's compaction loop around it (triggers, prompt assembly, memory), and a summarizing "model"
 that is forgetful and, on a schedule, answers garbage or fails. bench/compaction_profile.py sizes the
-budget defaults with it; tests/test_compaction.py holds the memory to its promises with it.
+budget defaults with it; tests/compaction/test_compaction.py holds the memory to its promises with it.
 
 It drives the library exactly as the workflow does (`needs_compaction` on `estimate_prompt`,
 `compact_memory`, `tail_turns`, `build_messages` on `with_best`), records what every model call saw,

@@ -11,7 +11,7 @@ Here, in kernels/, because it is the package every process may import: the CLI a
 judge, and the sandboxed processes, whose fences let them read the project's `kernels` package and
 nothing else of it. Torch-free and Temporal-free: pydantic only.
 
-The table in docs/settings.md is `python -m kernels.settings` (tests/test_settings.py checks they agree)."""
+The table in docs/settings.md is `python -m kernels.settings` (tests/kernels/test_settings.py checks they agree)."""
 from __future__ import annotations
 
 import os
@@ -158,7 +158,7 @@ FENCE_FIELDS = {"seccomp": "sandbox_seccomp", "landlock": "sandbox_landlock", "l
 FENCE_SWITCHES = {name: variable(f) for name, f in FENCE_FIELDS.items()}
 
 # MARATHON_* names that are not switches: set by the product for its own processes, or canaries the fence
-# drills plant; never set by hand. Listed so that every MARATHON_* name is declared here (tests/test_settings.py).
+# drills plant; never set by hand. Listed so that every MARATHON_* name is declared here (tests/kernels/test_settings.py).
 INTERNAL = {
     "MARATHON_SANDBOX": "set by the judge: a token that marks every process of one sandbox (the watchdog, the cleanup)",
     "MARATHON_NCU_BASE_ENV": "set for a judge run under Nsight Compute: digests of the variables it started with",

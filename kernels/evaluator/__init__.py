@@ -1,5 +1,5 @@
 """The evaluator: judges one candidate kernel against a problem and returns a Verdict. Its modules run
-in four processes, each importing only what its row says (tests/test_evaluator_layers.py checks it):
+in four processes, each importing only what its row says (tests/kernels/evaluator/test_evaluator_layers.py checks it):
 
 - the worker's (or the CLI's) process, the front door, torch-free: `evaluate.py` (EvalRequest,
   evaluate(), the pool of warm judges), `confinement.py` (the environment allowlists, non-dumpable, the

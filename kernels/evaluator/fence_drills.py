@@ -1,5 +1,5 @@
 """Fence drills: a hostile candidate and a hostile problem file (kernels/evaluator/hostile_drills/) that
-try every escape the sandboxes must refuse, as tests/test_confinement.py and bench/gpu_confinement.py
+try every escape the sandboxes must refuse, as tests/kernels/evaluator/test_confinement.py and bench/gpu_confinement.py
 run them on a host: their source with escape_attempts.py inlined and a run's values filled in, the
 listeners they may not reach, and the searches for what they may have left behind. The drill files
 are data, never imported."""

@@ -5,7 +5,7 @@ anything shaped like a key (sk-marathon-...), and leaks what it found through an
 judge's environment is an allowlist of the worker's, the worker and the judge are non-dumpable and the
 sandbox holds no capabilities, so their /proc files and memory stay shut; Landlock's read allowlist
 leaves /proc unlistable and the worker's folders, HOME and the temp dir unreadable. Expected: rejected;
-run-time (tests/test_confinement.py): crashed, the worker's key in no verdict."""
+run-time (tests/kernels/evaluator/test_confinement.py): crashed, the worker's key in no verdict."""
 import os
 import re
 import time

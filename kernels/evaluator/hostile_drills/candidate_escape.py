@@ -3,7 +3,7 @@ call it tries every escape of escape_attempts.py (the canary file under /tmp, ot
 writes outside its scratch, the network, a shell through subprocess, posix_spawn and a detached
 session, torch.utils.collect_env's shell, Python, fork, and a lingering compiler) and raises what it
 got. Defence: Landlock's read and program allowlists, seccomp (no fork; on the CPU no vfork, no exec at
-all), its PID namespace, the network namespace. Expected (tests/test_confinement.py): crashed, every
+all), its PID namespace, the network namespace. Expected (tests/kernels/evaluator/test_confinement.py): crashed, every
 attempt denied (on CUDA the compiler starts and is gone with the evaluation), nothing left running."""
 import torch
 

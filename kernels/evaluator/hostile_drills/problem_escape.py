@@ -7,7 +7,7 @@ may start (the C compiler) blocked in a session of its own; get_inputs() then ra
 with a value of the worker's environment written into this file. Defence: problem code runs only in
 a fenced process of its own (kernels/evaluator/problem_process.py: the candidate's fences, a PID
 namespace), never in the judge; the worker scrubs its environment's values from what leaves it.
-Expected (tests/test_confinement.py): crashed, naming the problem file; every attempt denied but the
+Expected (tests/kernels/evaluator/test_confinement.py): crashed, naming the problem file; every attempt denied but the
 compiler, which is gone with the evaluation; the canary in no verdict, log or file."""
 import torch
 from torch import nn

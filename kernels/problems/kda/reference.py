@@ -68,7 +68,7 @@ def reference(q, k, v, g, beta, scale):
     (`reference_chunked`), which needs a few launches per chunk instead of per token (on an H200 the
     token loop took 3 s at T=8192 and 13 s at T=32768 per call). Both return fp32 [B, T, H, V]; the
     chunked one is the more accurate of the two (fp64 against fp32 accumulation), and the tests hold
-    it to the token loop on short shapes of every gate case (tests/test_kda_reference.py)."""
+    it to the token loop on short shapes of every gate case (tests/kernels/problems/test_kda_reference.py)."""
     if q.is_cuda and q.shape[1] >= CHUNKED_FROM_T:
         return reference_chunked(q, k, v, g, beta, scale)
     return reference_token_loop(q, k, v, g, beta, scale)

@@ -15,7 +15,7 @@ from temporalio.worker import Replayer
 
 from workflows.kernel_optimization import KernelOptimization
 
-HISTORIES = sorted((Path(__file__).parent / "histories").glob("*_segment*.json"))
+HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*_segment*.json"))
 
 
 def test_histories_are_recorded():

@@ -16,7 +16,7 @@ import triton
 from kernels.problems.kda.tuned import CONFIG as KDA
 from kernels.problems.mla_decode.tuned import CONFIG as MLA
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory one Hopper thread block may use
 TOOLS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 pytestmark = pytest.mark.skipif(not (TOOLS / "ptxas").exists() or not (TOOLS / "cuobjdump").exists(),

@@ -11,7 +11,7 @@ import torch
 from kernels.evaluator.evaluate import EvalRequest, evaluate, request_for
 from kernels.problems.spec import get_problem, resolve_kernel
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 MLA_STARTER = resolve_kernel(get_problem("mla_decode"), "starter")[1]
 KDA_STARTER = resolve_kernel(get_problem("kda"), "starter")[1]
 

@@ -17,7 +17,7 @@ import torch
 
 from kernels.evaluator import seal, timing
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _sealed_in_process(tmp_path: Path):

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from kernels.evaluator.result_record import ResultRecord
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 FILES = sorted(RESULTS.rglob("*.json"))
 

@@ -33,7 +33,7 @@ from kernels.evaluator.evaluate import EvalRequest
 from kernels.problems.spec import get_problem, resolve_kernel
 from kernels.evaluator.verdict import Verdict
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 HOSTILE = ROOT / "tests" / "hostile"
 
 
@@ -206,7 +206,7 @@ CASES = [
     Case("mla_illegal_address", "crashed", "", cuda=True),
     # secrets and network (more in the dedicated tests below)
     Case("mla_read_secrets", reason="imports 'os'", **S),
-    Case("mla_snoop_everything", reason="imports 'os'", **S),  # run time: tests/test_confinement.py
+    Case("mla_snoop_everything", reason="imports 'os'", **S),  # run time: tests/kernels/evaluator/test_confinement.py
     Case("mla_network", reason="imports 'socket'", **S),
     # the field's reward hacks, each caught without the static policy's help
     Case("mla_skip_timed_calls", "incorrect", "outputs of timed calls are re-checked", mode="full",

@@ -11,7 +11,7 @@ import pytest
 
 from kernels.settings import FENCE_SWITCHES, INTERNAL, Settings, SettingsError, markdown_table, settings, variable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # What ships, is documented, tests it or runs its CI: every MARATHON_* name in it must be declared in
 # kernels/settings.py, and read through it.
 PRODUCT = ["kernels", "activities", "workflows", "compaction", "reports", "cli", "serving", "tasks", "bench", "deploy",

@@ -11,7 +11,7 @@ import pytest
 from kernels.evaluator.evaluate import EvalRequest, evaluate
 from kernels.problems.spec import ProblemFileError, get_problem, resolve_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "docs" / "examples"
 pytestmark = pytest.mark.timeout(240)
 

@@ -10,7 +10,7 @@ from kernels.evaluator.policy import MAX_SOURCE_BYTES, check_source, module_viol
 from kernels.problems.spec import PROBLEM_NAMES, get_problem, resolve_kernel
 from kernels.problems.tunables import all_configs, read_tunables, with_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 HEADER = "import torch\nimport triton\nimport triton.language as tl\n"
 
 
@@ -49,9 +49,8 @@ def honest_sources() -> list[tuple[str, str, str]]:
     out.append(("fence_probe", (ROOT / "kernels" / "evaluator" / "fence_probe" / "candidate.py").read_text(), "ModelNew"))
 
     import marathon_support
-    import test_hostile
-    import test_kernelbench
-    import test_mla_tuned
+    test_hostile, test_kernelbench, test_mla_tuned = (
+        marathon_support.load_test_module(n) for n in ("test_hostile", "test_kernelbench", "test_mla_tuned"))
     out += [("mla_variant", marathon_support.mla_variant(BLOCK_S=32), "mla_decode"),
             ("mla_wrong", marathon_support.mla_wrong(), "mla_decode")]
     for label in ("HONEST", "WRONG", "TORCH_COMPUTES"):  # the last two pass here and fail at run time

@@ -23,7 +23,7 @@ from kernels.evaluator.verdict import Verdict
 from kernels.evaluator.fence_drills import (DENIED, FENCES, Listeners, escape_values, files_holding, hostile_source, report_of,
                            running_with)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 HOSTILE = ROOT / "tests" / "hostile"
 MLA = [{"B": 1, "H": 2, "S": 40}]
 

@@ -16,7 +16,7 @@ from tasks.measure import TaskBroken, measure
 from tasks.spec import TaskBundle, TaskError, TaskSpec, load_task
 from tasks.tunables import read_tunables, with_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "tasks"
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and mounts as root")
 

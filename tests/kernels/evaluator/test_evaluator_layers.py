@@ -7,7 +7,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 KERNELS = ROOT / "kernels"
 EVALUATOR = KERNELS / "evaluator"
 FRONT_DOOR = ["evaluate", "confinement", "verdict", "baseline_cache", "result_record", "roofline", "fence_drills",

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "ncu_sass_lines.py"
 KERNEL = str(Path(__file__).resolve())  # any existing file outside site-packages stands for the kernel
 LIBRARY = "/x/site-packages/triton/language/standard.py"

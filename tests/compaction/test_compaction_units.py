@@ -20,7 +20,7 @@ from compaction.summarize import (CAPS, MEMORY_SCHEMA, RESPONSE_FORMAT, TRANSCRI
                                   parse_model_memory, render_transcript, summary_messages)
 from workflows.models import ModelSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOAL = Goal(problem="mla_decode", statement="o = softmax(q kv^T scale) kv[..., :512]. " * 40,
             target="beat torch_compile at B=1,H=64,S=8192; stop at 2x", baselines=["torch_eager", "torch_compile"],
             shapes="bench: B=1,H=64,S=8192", device="cuda (H200)")
@@ -152,7 +152,7 @@ def test_prompts_stay_within_the_budget_by_a_small_vocabularys_count():
     from serving.scripted_model import count_tokens
     from workflows.toolspec import TOOLS
 
-    source = Path(__file__).resolve().parent.parent / "kernels" / "problems" / "mla_decode" / "starter.py"
+    source = Path(__file__).resolve().parents[2] / "kernels" / "problems" / "mla_decode" / "starter.py"
     code = source.read_text()
     budget = 6000
 

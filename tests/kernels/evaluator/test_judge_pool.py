@@ -14,7 +14,7 @@ from kernels.evaluator.evaluate import JUDGES, EvalRequest, evaluate
 from kernels.evaluator.judge import likely_device
 from kernels.problems.spec import get_problem, resolve_kernel
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 MLA_TINY = [{"B": 1, "H": 2, "S": 16}]
 
 

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from marathon_support import ROOT
+from marathon_support import ROOT, load_test_module
 from serving.dev_server import free_port
 from serving.scripted_model import FakeOpenAI, completion
 from tasks import document
 from tasks.spec import load_task
-from test_marathon_cli import _kill_everything, _start_dev, _status
+_cli = load_test_module("test_marathon_cli")
+_kill_everything, _start_dev, _status = _cli._kill_everything, _cli._start_dev, _cli._status
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0, reason="task commands are fenced with namespaces (root)")]

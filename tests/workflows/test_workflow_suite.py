@@ -15,7 +15,7 @@ import pytest
 
 from cli.suite import stop_reasons
 from cli.tables import CPU_LINE, suite_report_table
-from marathon_support import ROOT, workers
+from marathon_support import ROOT, load_test_module, workers
 from reports.runs import STARTED_BY, rows_from
 from workflows import names
 from workflows.models import Budgets, EvalSettings, RunSpec
@@ -108,7 +108,9 @@ def test_suite_cli_bad_input(tmp_path):
 
 def _suite_folder(tmp_path):
     """Three KernelBench-format files of these tests' own, each with its candidate beside it."""
-    from test_kernelbench import HONEST, PATTERNS, PATTERNS_KERNEL, RELU_KERNEL, SOFTPLUS, TUPLE_SIZES
+    kb = load_test_module("test_kernelbench")
+    HONEST, PATTERNS, PATTERNS_KERNEL, RELU_KERNEL, SOFTPLUS, TUPLE_SIZES = (
+        kb.HONEST, kb.PATTERNS, kb.PATTERNS_KERNEL, kb.RELU_KERNEL, kb.SOFTPLUS, kb.TUPLE_SIZES)
     folder = tmp_path / "problems"
     folder.mkdir()
     for name, problem, kernel in (("patterns", PATTERNS, PATTERNS_KERNEL),

@@ -1,6 +1,6 @@
 """How figures read, without a server or a browser: units and significant figures (reports.fmt), the report
 page's labels for a CPU run and a GPU verdict, the CLI's tables and lines, the compaction line, and every
-flag's help. The same pages are opened in Chromium by tests/test_report.py."""
+flag's help. The same pages are opened in Chromium by tests/reports/test_report.py."""
 from __future__ import annotations
 
 import argparse

@@ -43,7 +43,7 @@ def test_auth_failure_is_final_and_never_shows_the_key():
 def test_context_length_and_retry_after_are_named():
     err = map_error(_status_error(400, "This model's maximum context length is 8192 tokens."))
     assert err.type == "ModelContextLength" and err.non_retryable and "context window" in err.message
-    # llama.cpp's words (tests/test_realmodel.py's server)
+    # llama.cpp's words (tests/serving/test_realmodel.py's server)
     err = map_error(_status_error(400, "request (9010 tokens) exceeds the available context size (8192 tokens), "
                                        "try increasing it"))
     assert err.type == "ModelContextLength" and err.non_retryable

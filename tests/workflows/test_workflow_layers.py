@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-WORKFLOWS = Path(__file__).resolve().parent.parent / "workflows"
+WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 MAX_LINES = 400
 
 
