@@ -262,11 +262,15 @@ def _judge():
 
 def test_the_judge_reads_the_record_and_tells_one_that_stopped():
     from kernels.evaluator.judge import Outcome, read_record
+    from kernels.evaluator.protocol import CandidateReplies
     judge = _judge()
     launch = {"kind": "rec", "what": "launch", "name": "candidate._mla", "own": True, "side": False, "odd": []}
     whole = [{"kind": "rec", "what": "begin", "call": 7}, launch, {"kind": "rec", "what": "probe"},
              {"kind": "rec", "what": "end", "call": 7, "problems": []}]
-    calls, outside = read_record(whole)
+
+    def read(lines):  # the lines as the judge's parser types them
+        return read_record([CandidateReplies.model_validate(line).root for line in lines])
+    calls, outside = read(whole)
     judge._record_checks(calls, outside, [7], "")
     assert calls[7].own == 1 and not outside.kernels
     cases = {
@@ -280,7 +284,7 @@ def test_the_judge_reads_the_record_and_tells_one_that_stopped():
                              "not defined in the candidate"),
     }
     for name, (lines, needle) in cases.items():
-        calls, outside = read_record(lines)
+        calls, outside = read(lines)
         with pytest.raises(Outcome) as caught:
             judge._record_checks(calls, outside, [7], "")
         assert needle in caught.value.reason, (name, caught.value.reason)

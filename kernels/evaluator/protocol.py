@@ -20,7 +20,7 @@ import json
 import secrets
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, RootModel, ValidationError, model_validator
 
 # Bounds. Generous for any honest evaluation (MAX_CALLS: the timed calls of the largest run, all its
 # phases), tight enough that no line can hold the judge's memory.
@@ -96,6 +96,12 @@ class CandidateAssignment(FencedAssignment):
     gpu_memory_fraction: Annotated[float, Field(ge=0, le=1)] = 0.0  # 0: no cap
     fsize: Annotated[int, Field(ge=1, le=MAX_BYTES)] | None = None  # RLIMIT_FSIZE
     seal: Literal["on", "off", "report"] = "on"
+
+    @model_validator(mode="after")
+    def _file_problem_whole(self) -> CandidateAssignment:
+        if (self.problem_file is None) != (self.problem_name is None):
+            raise ValueError("a file problem's file and name come together")
+        return self
 
 
 class ProblemAssignment(FencedAssignment):
@@ -453,13 +459,28 @@ ProblemReply = Annotated[Union[FencedReply, ProblemReadyReply, ErrorReply, Probl
                                ReferencedReply, BaselineNamesReply, BaselinesReply, FactsReply, RunsReply],
                          Field(discriminator="kind")]
 
-CANDIDATE_ASSIGNMENT = TypeAdapter(CandidateAssignment)
-PROBLEM_ASSIGNMENT = TypeAdapter(ProblemAssignment)
-CANDIDATE_REQUESTS = TypeAdapter(CandidateRequest)
-PROBLEM_REQUESTS = TypeAdapter(ProblemRequest)
-CANDIDATE_REPLIES = TypeAdapter(CandidateReply)
-PROBLEM_REPLIES = TypeAdapter(ProblemReply)
-BASELINE_OUTCOME = TypeAdapter(BaselineOutcome)
+
+
+# The unions as classes (not TypeAdapters): their validators are class attributes, which the seal's
+# integrity check covers in the candidate's process (kernels/evaluator/seal.py harness_objects).
+class CandidateRequests(RootModel[CandidateRequest]):
+    pass
+
+
+class ProblemRequests(RootModel[ProblemRequest]):
+    pass
+
+
+class CandidateReplies(RootModel[CandidateReply]):
+    pass
+
+
+class ProblemReplies(RootModel[ProblemReply]):
+    pass
+
+
+class BaselineOutcomes(RootModel[BaselineOutcome]):
+    pass
 
 
 # --- framing ----------------------------------------------------------------------------------------
@@ -469,9 +490,11 @@ def encode_request(message: Message) -> bytes:
     return (message.model_dump_json() + "\n").encode()
 
 
-def read_request(line: str | bytes, adapter: TypeAdapter):
-    """The assignment or request on one line of stdin, as `adapter` types it (raises ValidationError)."""
-    return adapter.validate_json(line, strict=True)
+def read_request(line: str | bytes, model: type[BaseModel]):
+    """The assignment (model: one of the assignments) or the request (model: CandidateRequests or
+    ProblemRequests) on one line of stdin. Raises ValidationError."""
+    parsed = model.model_validate_json(line, strict=True)
+    return parsed.root if isinstance(parsed, RootModel) else parsed
 
 
 def encode_reply(message: Message, nonce: str) -> bytes:
@@ -489,7 +512,7 @@ class Refused(Exception):
         self.why, self.detail = why, detail
 
 
-def read_reply(line: bytes, nonce: str, adapter: TypeAdapter):
+def read_reply(line: bytes, nonce: str, replies: type[CandidateReplies] | type[ProblemReplies]):
     """One line of the reply pipe, checked in this order: a JSON object with a kind, this run's nonce,
     then every field of the message it names (strictly: no coercion, no field it does not name, every
     bound). Raises Refused; nothing of a refused line is returned."""
@@ -505,8 +528,16 @@ def read_reply(line: bytes, nonce: str, adapter: TypeAdapter):
     if not isinstance(sent, str) or not secrets.compare_digest(sent.encode("utf-8", "surrogatepass"), nonce.encode()):
         raise Refused("forged")
     try:
-        return adapter.validate_python(raw, strict=True)
+        return replies.model_validate(raw, strict=True).root
     except ValidationError as exc:
-        first = exc.errors(include_url=False, include_input=False)[:1]
-        where = ".".join(map(str, first[0]["loc"])) if first else ""
-        raise Refused("malformed", f"{raw.get('kind')!r:.40}: {where} {first[0]['msg'] if first else ''}"[:300]) from None
+        raise Refused("malformed", f"{raw.get('kind')!r:.40}: {first_error(exc)}") from None
+
+
+def first_error(exc: ValidationError) -> str:
+    """A validation error in one line: where, and what (never the input, which may be anything)."""
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    if not errors:
+        return "invalid"
+    where = ".".join(map(str, errors[0]["loc"])) or "the message"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {errors[0]['msg']}{more}"[:300]
