@@ -216,7 +216,7 @@ class CandidateProcess:
         self.replies = os.fdopen(read_fd, "rb")
         self.buffer = b""
         self.polls = 0
-        self.records: list[dict] = []  # every record line received, for the seal's reports and the import
+        self.records: list[protocol.Record] = []  # every record line received, for the seal's reports and the import
         self.outputs: dict[Path, int] = {}  # output files the judge asked for, and the bytes each may take
         self.assigned = False  # unassigned, it is killed on close: it has nothing to finish
 
