@@ -249,3 +249,52 @@ def test_the_protocol_imports_neither_torch_nor_triton():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'numpy')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
+
+
+class _Running:
+    """A stand-in for the process: still running, never waited on."""
+    pid = -1
+
+    def poll(self):
+        return None
+
+
+def _judge_reads(*lines: bytes):
+    """The judge's CandidateProcess reading these lines from its reply pipe (no process behind it): the
+    messages it returns, or the Outcome it raises, and whether it killed the process."""
+    import os
+
+    from kernels.evaluator.judge import CandidateProcess, Outcome
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"".join(line + b"\n" for line in lines))
+    os.close(write_fd)
+    proc = object.__new__(CandidateProcess)
+    killed = []
+    proc.nonce, proc.buffer, proc.budget_s = NONCE, b"", 60.0
+    proc.replies, proc.proc, proc.kill = os.fdopen(read_fd, "rb"), _Running(), lambda: killed.append(True)
+    try:
+        return [proc.receive() for _ in lines], killed
+    except Outcome as outcome:
+        return outcome, killed
+    finally:
+        proc.replies.close()
+
+
+def test_the_judge_reads_the_protocols_lines():
+    got, killed = _judge_reads(_line(kind="rec", what="probe"), _line(kind="pong"))
+    assert got == [p.ProbeRecord(), p.PongReply()] and not killed
+
+
+@pytest.mark.parametrize("line, status, needle, kills", [
+    (_line(kind="pong", nonce="f" * 32), "rejected", "forged line", True),
+    (_line(kind="launched"), "crashed", "not the protocol's", True),
+    (_line(kind="called", seconds=-1.0, inputs_mutated=[], **FACTS), "crashed", "seconds", True),
+    (b"{not json", "crashed", "garbage", False),
+    (_line(kind="sealed", event="os.system", why="by candidate code"), "rejected", "seal ended", True),
+])
+def test_the_judge_turns_a_refused_line_into_a_verdict(line, status, needle, kills):
+    """Never an exception of the judge's own: a verdict, and nothing of the line used."""
+    from kernels.evaluator.judge import Outcome
+    outcome, killed = _judge_reads(line)
+    assert isinstance(outcome, Outcome) and outcome.status == status and needle in outcome.reason, outcome
+    assert bool(killed) == kills
