@@ -228,6 +228,24 @@ def test_integrity_sees_a_replaced_method_and_a_shadowing_one():
     assert integrity.changes() == []
 
 
+def test_integrity_covers_the_protocols_messages():
+    """The record goes out through the protocol's models: their serializers are code the seal keeps, and
+    using them (validating, writing, reading) changes nothing it keeps."""
+    from kernels.evaluator import candidate_process, protocol
+    integrity = seal.Integrity(seal.harness_objects(candidate_process))
+    line = protocol.encode_reply(protocol.OpRecord(name="aten.mm"), "0" * 32)
+    protocol.read_reply(line.rstrip(), "0" * 32, protocol.CandidateReplies)
+    protocol.read_request(protocol.encode_request(protocol.PingRequest()), protocol.CandidateRequests)
+    assert integrity.changes() == []
+    original = protocol.OpRecord.__pydantic_serializer__
+    protocol.OpRecord.__pydantic_serializer__ = protocol.ProbeRecord.__pydantic_serializer__  # ops written as probes
+    try:
+        assert "kernels.evaluator.protocol.OpRecord.__pydantic_serializer__" in integrity.changes()
+    finally:
+        protocol.OpRecord.__pydantic_serializer__ = original
+    assert integrity.changes() == []
+
+
 def test_the_batch_digest_and_the_perturbation_are_the_same_wherever_computed():
     outs = [torch.randn(3, 5, 7).half() for _ in range(4)]
     w = timing.digest_weights(64, 123457, 99, "cpu")
