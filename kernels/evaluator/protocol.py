@@ -49,7 +49,6 @@ EntryPoint = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 DtypeName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]  # a torch dtype's name: float32, bfloat16
 Device = Literal["cpu", "cuda"]
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
-Seeds = Annotated[list[Seed], Field(max_length=MAX_CALLS)]
 CallIndex = Annotated[int, Field(ge=0, le=MAX_CALL_INDEX)]
 CallIndices = Annotated[list[CallIndex], Field(max_length=MAX_CALLS)]
 Factor = Annotated[int, Field(ge=0, le=2**62)]  # a perturbation's or a digest's factor
