@@ -112,13 +112,13 @@ def main() -> int:
         with monitor():
             module.call(x)
 
-    line = {"what": "launch", "name": "candidate._add_one", "own": True, "side": False, "odd": []}
+    line = {"name": "candidate._add_one", "own": True, "side": False, "odd": []}
     decisions = deep["top"](sealed.verdict, str(cand), args.calls)
     figures = {
         "bare_call_us": median_us(bare, args.calls),
         "monitored_call_us": median_us(monitored, args.calls),
         "recorded_call_us": median_us(recorded, args.calls),
-        "record_line_us": median_us(lambda: recorder.send(**line), args.calls),
+        "record_line_us": median_us(lambda: recorder.send(cp.LaunchRecord(**line)), args.calls),
         "empty_call_in_context_us": median_us(context_only, args.calls * 5),
         "empty_call_in_monitor_only_us": median_us(monitor_only, args.calls * 5),
         "unwatched_event_before_us": id_before,

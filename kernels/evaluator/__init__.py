@@ -18,6 +18,10 @@ in four processes, each importing only what its row says (tests/kernels/evaluato
   capabilities) and `seal.py` (the audit hook put on before untrusted code). May import torch, Triton,
   `timing.py` (one timing routine and one comparison for candidates and baselines), `policy.py`,
   `confinement.py` and kernels.problems' runtime; never `judge.py` or `evaluate.py`.
+- between the judge and the sandboxes, imported by those three and the only code they share about what
+  they say to each other: `protocol.py` (the assignments, the requests, the replies and the record
+  lines, typed and bounded, and their framing on the pipes). May import pydantic and the standard
+  library only: the candidate's process imports it before any candidate code.
 - data, never imported by the processes above: `fence_probe/` (the self-test's problem and kernel, run
   as a candidate) and `hostile_drills/` (hostile files the fence drills run).
 

@@ -28,8 +28,11 @@ import triton.language as tl
 from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime.jit import JITFunction, KernelInterface
 
-from kernels.evaluator import confinement, policy, seal, timing
+from kernels.evaluator import confinement, policy, protocol, seal, timing
 from kernels.evaluator import fences as sandbox_fences
+from kernels.evaluator.protocol import (ArmedReply, BeginRecord, CalledReply, CallFacts, CandidateReadyReply, EndRecord,
+                                        ErrorReply, FencedReply, FiredReply, ForgotReply, LaunchRecord, OpRecord,
+                                        PongReply, ProbeRecord, SavedReply, ThreadRecord, TimedReply)
 
 CANDIDATE_MODULE = "candidate"
 # aten ops that only allocate, move, view or cast data: everything else is computation, which must
@@ -62,15 +65,15 @@ except ImportError:  # pragma: no cover - older Triton
 
 
 class Channel:
-    """The reply channel: JSON lines carrying this run's nonce, each written whole by os.write under a
-    lock (record lines come from whatever thread launches a kernel or runs a torch op)."""
+    """The reply channel: protocol messages as JSON lines carrying this run's nonce, each written whole
+    by os.write under a lock (record lines come from whatever thread launches a kernel or runs a torch op)."""
 
     def __init__(self, fd: int, nonce: str) -> None:
         self.fd, self.nonce = fd, nonce
         self.lock = threading.Lock()
 
-    def send(self, obj: dict) -> None:
-        data = (json.dumps({**obj, "nonce": self.nonce}) + "\n").encode()
+    def send(self, message: protocol.Message) -> None:
+        data = protocol.encode_reply(message, self.nonce)
         with self.lock:
             while data:
                 data = data[os.write(self.fd, data):]
@@ -91,13 +94,13 @@ class Recorder:
         self.device_index: int | None = None  # CUDA: the device whose current stream is checked
         self.stream: int | None = None  # the raw stream the current call began on
 
-    def send(self, **rec) -> None:
-        self.channel.send({"kind": "rec", **rec})
+    def send(self, record: protocol.Record) -> None:
+        self.channel.send(record)
 
     def begin(self, index: int) -> None:
         if self.device_index is not None and _raw_stream is not None:
             self.stream = _raw_stream(self.device_index)
-        self.send(what="begin", call=index)
+        self.send(BeginRecord(call=index))
 
 
 def _kernel_name(fn) -> tuple[str, bool]:
@@ -127,14 +130,14 @@ def _wrap_run(cls, recorder: Recorder) -> None:
     exempt from the torch-op monitor: grid functions and pre-run hooks are the candidate's code."""
     original = cls.run
 
-    def run(self, *args, _rec=recorder, _name=_kernel_name, _odd=_odd_arg, _orig=original, **kwargs):
+    def run(self, *args, _rec=recorder, _name=_kernel_name, _odd=_odd_arg, _orig=original, _launch=LaunchRecord, **kwargs):
         if kwargs.get("warmup", False):
             return _orig(self, *args, **kwargs)
         name, own = _name(self)
         odd = sorted({why for why in map(_odd, list(args) + [v for k, v in kwargs.items() if k != "grid"]) if why})
         side = (_rec.device_index is not None and _raw_stream is not None
                 and _raw_stream(_rec.device_index) != _rec.stream)
-        _rec.send(what="launch", name=name, own=own, side=side, odd=odd)
+        _rec.send(_launch(name=name, own=own, side=side, odd=odd))
         if odd:  # refused: its methods would run inside Triton's argument binding
             return None
         if own and _rec.noop:
@@ -147,8 +150,8 @@ def _wrap_run(cls, recorder: Recorder) -> None:
 def _wrap_threads(recorder: Recorder) -> None:
     original = threading.Thread.start
 
-    def start(self, *args, _rec=recorder, _orig=original, **kwargs):
-        _rec.send(what="thread")
+    def start(self, *args, _rec=recorder, _orig=original, _thread=ThreadRecord(), **kwargs):
+        _rec.send(_thread)
         return _orig(self, *args, **kwargs)
 
     threading.Thread.start = start
@@ -168,18 +171,19 @@ def make_monitor(recorder: Recorder, probe: torch.Tensor):
     data_ops, alloc_ops = DATA_MOVEMENT_OPS, ALLOCATION_OPS
     owner = recorder.stack_owner
     getframe = sys._getframe
+    probe_record, op_record = ProbeRecord(), OpRecord
 
     class TorchOpMonitor(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.overloadpacket.__name__
             if args and args[0] is probe:
-                recorder.send(what="probe")
+                recorder.send(probe_record)
                 return func(*args, **(kwargs or {}))
             compute = name not in data_ops
             poison = recorder.poison_byte if name in alloc_ops else None
             who = owner(getframe(1), TRITON_BENCH) if compute or poison is not None else None
             if compute and who != "triton-bench":
-                recorder.send(what="op", name=f"aten.{name}")
+                recorder.send(op_record(name=f"aten.{name}"))
             out = func(*args, **(kwargs or {}))
             if poison is not None and who not in ("triton", "triton-bench") and type(out) is torch.Tensor and out.numel():
                 out.untyped_storage().fill_(poison)  # uninitialised memory is the poison
@@ -224,7 +228,7 @@ class Around:
         try:
             return self.mode.__exit__(*exc)
         finally:
-            self.recorder.send(what="end", call=self.index, problems=problems)
+            self.recorder.send(EndRecord(call=self.index, problems=problems))
 
 
 def _digest(value, depth: int = 0) -> str:
@@ -334,19 +338,19 @@ class CandidateServer:
         if shape is not None and hasattr(self.fn, "prepare"):
             self.fn.prepare(shape, getattr(torch, dtype))
 
-    def _problem_reference(self, cmd: dict):
-        return self.reference or importlib.import_module(f"kernels.problems.{cmd['problem']}.reference")
+    def _problem_reference(self, problem: str):
+        return self.reference or importlib.import_module(f"kernels.problems.{problem}.reference")
 
-    def inputs_of(self, cmd: dict) -> dict:
+    def inputs_of(self, cmd: protocol.CallRequest) -> dict:
         """The call's inputs, made here from the seed it names (on the device, by the problem's own
         make_inputs, as the judge's reference's were: no input crosses a process boundary or a disk),
         outside the call; the same seed again (the no-op and the second-fill calls) gets the same tensors."""
-        key = (json.dumps(cmd.get("problem_shape"), sort_keys=True), int(cmd["seed"]), cmd.get("input_dtype"))
+        key = (json.dumps(cmd.problem_shape, sort_keys=True), cmd.seed, cmd.input_dtype)
         if key not in self.inputs:
             self.inputs.clear()  # one seed's inputs at a time: the file problems' own sizes are large
-            reference = self._problem_reference(cmd)
-            self.inputs[key] = reference.make_inputs(cmd["problem_shape"], int(cmd["seed"]), self.device,
-                                                     getattr(torch, cmd["input_dtype"]))
+            reference = self._problem_reference(cmd.problem)
+            self.inputs[key] = reference.make_inputs(cmd.problem_shape, cmd.seed, self.device,
+                                                     getattr(torch, cmd.input_dtype))
         return self.inputs[key]
 
     def poison(self, nbytes: int, byte: int) -> None:
@@ -373,24 +377,24 @@ class CandidateServer:
     def _threads(self) -> list[str]:
         return sorted(t.name for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive())
 
-    def call(self, cmd: dict) -> dict:
-        self._prepare(cmd.get("problem_shape"), cmd.get("input_dtype"))
+    def call(self, cmd: protocol.CallRequest) -> CalledReply:
+        self._prepare(cmd.problem_shape, cmd.input_dtype)
         inputs = self.inputs_of(cmd)
-        expected_shape = tuple(cmd["shape"])
-        expected_dtype = getattr(torch, cmd["dtype"])
+        expected_shape = tuple(cmd.shape)
+        expected_dtype = getattr(torch, cmd.dtype)
         tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
         originals = [t.clone() for t in tensors]
         out_bytes = expected_dtype.itemsize * int(torch.tensor(expected_shape).prod().item())
-        fill = int(cmd.get("fill", 0xFF)) & 0xFF
+        fill = cmd.fill
         self.poison(out_bytes, fill)
         if self.device == "cuda":
             torch.cuda.synchronize()
         threads_before = self.base_threads
         modules_before = set(sys.modules)
-        self.recorder.poison_byte, self.recorder.noop = fill, bool(cmd.get("noop"))
+        self.recorder.poison_byte, self.recorder.noop = fill, cmd.noop
         t0 = time.perf_counter()
         try:
-            with self.around(int(cmd.get("index", 0))):
+            with self.around(cmd.index):
                 out = self.fn(**inputs)
             if self.device == "cuda":
                 torch.cuda.synchronize()
@@ -400,32 +404,31 @@ class CandidateServer:
         problem = _output_problem(out, tensors, expected_shape, expected_dtype, self.device)
         if problem is None and any(out.untyped_storage().data_ptr() == k.untyped_storage().data_ptr() for k in self.keep):
             problem = "returned the memory of an earlier call's output; return a new tensor every call"
-        facts = {
-            "kind": "called",
-            "seconds": seconds,
-            "new_modules": sorted(set(sys.modules) - modules_before),
-            "inputs_mutated": [i for i, (t, o) in enumerate(zip(tensors, originals)) if not torch.equal(t, o)],
-            "output_problem": problem,
-            "threads_alive": sorted(set(self._threads()) - threads_before),
-            "state_changed": [] if cmd.get("noop") else self._state_changes(),
-            "tampered": self.tampered(),
-        }
+        facts = CalledReply(
+            seconds=seconds,
+            new_modules=sorted(set(sys.modules) - modules_before),
+            inputs_mutated=[i for i, (t, o) in enumerate(zip(tensors, originals)) if not torch.equal(t, o)],
+            output_problem=problem,
+            threads_alive=sorted(set(self._threads()) - threads_before),
+            state_changed=[] if cmd.noop else self._state_changes(),
+            tampered=self.tampered(),
+        )
         if problem is None:
             self.keep = (self.keep + [out])[-4:]
-            torch.save(out.detach().to("cpu"), cmd["output"])
+            torch.save(out.detach().to("cpu"), cmd.output)
         return facts
 
-    def time(self, cmd: dict) -> dict:
+    def time(self, cmd: protocol.TimeRequest) -> TimedReply:
         """Timed calls on fresh inputs: `slots` sets of buffers at addresses no check call saw, each
         refilled with new values (a fresh seed) before every call, outside the clock. Every output
         is kept, so that the judge can re-check the ones it picks afterwards; past `keep_bytes` (the
         file problems' own sizes on a GPU) a uniform random sample of them (reservoir sampling, each
         call's draw made after it returned, from the system's entropy: a call cannot know whether it
         will be kept), and the reply says which."""
-        reference = self._problem_reference(cmd)
-        self._prepare(cmd["shape"], cmd["dtype"])
-        shape, dtype = cmd["shape"], getattr(torch, cmd["dtype"])
-        seed0, n_slots = int(cmd["seed_base"]), max(int(cmd.get("slots", 2)), 1)
+        reference = self._problem_reference(cmd.problem)
+        self._prepare(cmd.shape, cmd.dtype)
+        shape, dtype = cmd.shape, getattr(torch, cmd.dtype)
+        seed0, n_slots = cmd.seed_base, cmd.slots
         expected_shape = tuple(reference.output_spec(shape, dtype)[0])
         slots = [reference.make_inputs(shape, seed0 + j, self.device, dtype) for j in range(n_slots)]
         self.timed.clear()
@@ -433,7 +436,7 @@ class CandidateServer:
         seeds: dict[int, int] = {}
         kept_ptrs: dict[int, int] = {}  # storage pointer -> the call whose kept output holds it
         facts = {"threads_alive": [], "output_problem": None}
-        keep_bytes = cmd.get("keep_bytes")
+        keep_bytes = cmd.keep_bytes
         out_bytes = math.prod(expected_shape) * dtype.itemsize
         room = None if keep_bytes is None else max(2, int(keep_bytes) // max(out_bytes, 1))
         seen = [0]
@@ -481,43 +484,43 @@ class CandidateServer:
                     kept_ptrs[out.untyped_storage().data_ptr()] = i
                 self.timed[i] = out.detach().clone() if copy else out
 
-        result = timing.time_fn(self.fn, [], self.device, int(cmd["reps"]), int(cmd["warmup"]),
+        result = timing.time_fn(self.fn, [], self.device, cmd.reps, cmd.warmup,
                                 prepare=prepare, record=record, around=self.around,
-                                sync_reps=int(cmd.get("sync_reps", 0)), graph=bool(cmd.get("graph", True)),
-                                graph_slots=n_slots)
+                                sync_reps=cmd.sync_reps, graph=cmd.graph, graph_slots=n_slots)
         facts["state_changed"] = self._state_changes()
         facts["new_modules"] = sorted(set(sys.modules) - modules_before)
         facts["tampered"] = self.tampered()
-        return {"kind": "timed", **result, "seeds": seeds, "facts": facts, "kept": sorted(self.timed)}
+        return TimedReply(**result, seeds={str(i): seed for i, seed in seeds.items()}, facts=CallFacts(**facts),
+                          kept=sorted(self.timed))
 
-    def arm(self, cmd: dict) -> dict:
+    def arm(self, cmd: protocol.ArmRequest) -> ArmedReply:
         """A batch of clocked calls, made ready before the judge's clock starts (it times the `fire` that
         follows): an input set per seed of `capture_seeds`; on CUDA the calls on them captured in one
         CUDA graph (after a warm-up call each, as torch.cuda.graphs asks), so that the fire replays them
         with none of the candidate's Python on the clock; then every set refilled with the values of its
         seed in `seeds`. The digest's weights too."""
-        reference = self._problem_reference(cmd)
-        self._prepare(cmd["shape"], cmd["dtype"])
-        shape, dtype = cmd["shape"], getattr(torch, cmd["dtype"])
-        sets = [reference.make_inputs(shape, int(seed), self.device, dtype) for seed in cmd["capture_seeds"]]
+        reference = self._problem_reference(cmd.problem)
+        self._prepare(cmd.shape, cmd.dtype)
+        shape, dtype = cmd.shape, getattr(torch, cmd.dtype)
+        sets = [reference.make_inputs(shape, seed, self.device, dtype) for seed in cmd.capture_seeds]
         expected_shape = tuple(reference.output_spec(shape, dtype)[0])
-        index = int(cmd["index"])
+        index = cmd.index
         graph, outs, graph_error = None, None, None
-        if self.device == "cuda" and cmd.get("graph", True):
+        if self.device == "cuda" and cmd.graph:
             try:
                 graph, outs = self._capture(sets, index)
             except Exception as exc:  # not every callable is capturable: the batch runs eagerly
                 graph_error = f"{type(exc).__name__}: {exc}"[:300]
                 torch.cuda.synchronize()
-        for inputs, seed in zip(sets, cmd["seeds"]):
-            for name, value in reference.make_inputs(shape, int(seed), self.device, dtype).items():
+        for inputs, seed in zip(sets, cmd.seeds):
+            for name, value in reference.make_inputs(shape, seed, self.device, dtype).items():
                 if isinstance(value, torch.Tensor):
                     inputs[name].copy_(value)
-        weights = timing.digest_weights(timing.DIGEST_ELEMENTS, int(cmd["a"]), int(cmd["b"]), self.device)
+        weights = timing.digest_weights(timing.DIGEST_ELEMENTS, cmd.a, cmd.b, self.device)
         self.armed = (sets, expected_shape, dtype, index, weights, graph, outs)
         if self.device == "cuda":
             torch.cuda.synchronize()
-        return {"kind": "armed", "graph": graph is not None, "graph_error": graph_error}
+        return ArmedReply(graph=graph is not None, graph_error=graph_error)
 
     def _capture(self, sets: list[dict], index: int):
         side = torch.cuda.Stream()
@@ -536,7 +539,7 @@ class CandidateServer:
         torch.cuda.synchronize()
         return graph, outs
 
-    def fire(self, cmd: dict) -> dict:
+    def fire(self, cmd: protocol.FireRequest) -> FiredReply:
         """On the judge's clock: every armed input set perturbed by the factors the command brings, the
         calls made back to back (the graph replayed, or eagerly), and one digest of the outputs at
         positions the command draws: the reply that stops the clock carries it. The outputs are kept
@@ -544,7 +547,7 @@ class CandidateServer:
         sets, expected_shape, dtype, index, weights, graph, outs = self.armed
         self.armed = None
         for k, inputs in enumerate(sets):
-            timing.perturb_inputs(inputs, int(cmd["pa"]), int(cmd["pb"]) + k)
+            timing.perturb_inputs(inputs, cmd.pa, cmd.pb + k)
         if graph is not None:
             graph.replay()
         else:
@@ -554,53 +557,52 @@ class CandidateServer:
                     outs.append(self.fn(**inputs))
         for k, out in enumerate(outs):
             if type(out) is not torch.Tensor or tuple(out.shape) != expected_shape or out.dtype != dtype:
-                return {"kind": "fired", "digest": None,
-                        "output_problem": _output_problem(out, [], expected_shape, dtype, self.device)}
+                return FiredReply(digest=None, output_problem=_output_problem(out, [], expected_shape, dtype, self.device))
             self.timed[index + k] = out
-        return {"kind": "fired", "digest": timing.batch_digest(outs, int(cmd["da"]), int(cmd["db"]), weights),
-                "output_problem": None}
+        return FiredReply(digest=timing.batch_digest(outs, cmd.da, cmd.db, weights), output_problem=None)
 
-    def ping(self, cmd: dict) -> dict:
-        return {"kind": "pong"}
+    def ping(self, cmd: protocol.PingRequest) -> PongReply:
+        return PongReply()
 
-    def save_timed(self, cmd: dict) -> dict:
+    def save_timed(self, cmd: protocol.SaveTimedRequest) -> SavedReply:
         """The kept outputs the judge picked, as files (each let go once saved); `clear` (the last batch
         of a pick): the rest are let go too."""
         saved = {}
-        for i in cmd["indices"]:
-            out = self.timed.pop(int(i), None)
+        for i in cmd.indices:
+            out = self.timed.pop(i, None)
             if out is not None:
-                path = os.path.join(cmd["dir"], f"timed_{int(i)}.pt")
+                path = os.path.join(cmd.dir, f"timed_{i}.pt")
                 torch.save(out.detach().to("cpu"), path)
-                saved[str(int(i))] = path
+                saved[str(i)] = path
             del out
-        if cmd.get("clear", True):
+        if cmd.clear:
             self.timed.clear()
-        return {"kind": "saved", "files": saved, "tampered": self.tampered()}
+        return SavedReply(files=saved, tampered=self.tampered())
 
     def serve(self, stream) -> None:
+        """The judge's requests, a line each (a line that is not one of the protocol's ends the process:
+        the judge sent it, and reads the death)."""
+        handlers = {"call": self.call, "time": self.time, "save_timed": self.save_timed, "arm": self.arm,
+                    "fire": self.fire, "ping": self.ping}
         for line in stream:
-            cmd = json.loads(line)
-            op = cmd.get("op")
-            if op == "exit":
+            cmd = protocol.read_request(line, protocol.CandidateRequests)
+            if cmd.op == "exit":
                 return
-            if op == "forget":
+            if cmd.op == "forget":
                 self.inputs.clear()
                 self.keep.clear()
                 self.timed.clear()
                 self.state_base = None
                 if self.device == "cuda":
                     torch.cuda.empty_cache()
-                self.channel.send({"kind": "forgot"})
+                self.channel.send(ForgotReply())
                 continue
             try:
-                handler = {"call": self.call, "time": self.time, "save_timed": self.save_timed,
-                           "arm": self.arm, "fire": self.fire, "ping": self.ping}[op]
-                self.channel.send(handler(cmd))
+                self.channel.send(handlers[cmd.op](cmd))
             except Exception as exc:
                 text = traceback.format_exc(limit=8)
                 fatal = "CUDA" in text or "cuda" in type(exc).__name__.lower()
-                self.channel.send({"kind": "error", "error": text[-6000:], "compile": _is_compile_error(exc), "fatal": fatal})
+                self.channel.send(ErrorReply(error=text[-6000:], compile=_is_compile_error(exc), fatal=fatal))
                 if fatal:  # a CUDA fault poisons the context: nothing more can run here
                     return
 
@@ -626,7 +628,7 @@ def _output_problem(out, inputs, shape, dtype, device) -> str | None:
     return None
 
 
-def _file_problem_entry(cls, args):
+def _file_problem_entry(cls, args: protocol.CandidateAssignment):
     """The candidate's ModelNew, wrapped to be built per shape with Model's parameters."""
     from kernels.problems.kernelbench_runtime import CandidateModel, FileReference
     if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
@@ -635,13 +637,6 @@ def _file_problem_entry(cls, args):
         reference = FileReference(args.problem_name, f.read())
     reference.param_seed = args.param_seed
     return CandidateModel(cls, reference, args.device)
-
-
-# What the judge's assignment (the first line on stdin) holds besides the nonce, with defaults.
-ASSIGNMENT_DEFAULTS = {"candidate": None, "entry": None, "device": None, "problem_file": None, "problem_name": None,
-                       "param_seed": 0, "seccomp": 1, "landlock": 1, "landlock_reads": 1, "landlock_exec": 1,
-                       "netns": 1, "drop_capabilities": 1, "writable": "", "readable": "", "toolchain": "none",
-                       "gpu_memory_fraction": 0.0, "fsize": None, "seal": "on"}
 
 
 def _paths(joined: str) -> list[str]:
@@ -665,14 +660,14 @@ def main(argv: list[str] | None = None) -> int:
     line = sys.stdin.readline()
     if not line.strip():
         return 0
-    assignment = json.loads(line)
-    nonce = assignment.get("nonce", "")
-    args = argparse.Namespace(**{**ASSIGNMENT_DEFAULTS, **{k: v for k, v in assignment.items() if k != "nonce"}})
-    if not (args.candidate and args.entry and args.device):
-        print("candidate_process: an assignment names the candidate, its entry point and the device", file=sys.stderr)
+    try:
+        args = protocol.read_request(line, protocol.CandidateAssignment)
+    except protocol.ValidationError as exc:
+        print(f"candidate_process: a bad assignment: {protocol.first_error(exc)}", file=sys.stderr)
         return 2
+    nonce = args.nonce
     if args.fsize:  # the largest output this evaluation saves, and a log: a disk filler dies of SIGXFSZ
-        resource.setrlimit(resource.RLIMIT_FSIZE, (int(args.fsize), int(args.fsize)))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (args.fsize, args.fsize))
 
     channel = Channel(reply_fd, nonce)
     reply = channel.send
@@ -693,11 +688,10 @@ def main(argv: list[str] | None = None) -> int:
     # (kernels/evaluator/fences.py: what may be read, written and started, and why in this order).
     fences.update(sandbox_fences.put_up(
         args.device, writable=_paths(args.writable), readable=_paths(args.readable), toolchain=args.toolchain,
-        netns=bool(args.netns), landlock=bool(args.landlock), landlock_reads=bool(args.landlock_reads),
-        landlock_exec=bool(args.landlock_exec), seccomp=bool(args.seccomp),
-        drop_capabilities=bool(args.drop_capabilities)))
+        netns=args.netns, landlock=args.landlock, landlock_reads=args.landlock_reads,
+        landlock_exec=args.landlock_exec, seccomp=args.seccomp, drop_capabilities=args.drop_capabilities))
     fences["non_dumpable"] = dumpable_off
-    reply({"kind": "fenced", "fences": fences})
+    reply(FencedReply(fences=fences))
     if args.problem_file:  # imported before the seal: the harness's half of a file problem
         import kernels.problems.kernelbench_runtime  # noqa: F401
     modules_before = set(sys.modules)
@@ -717,26 +711,26 @@ def main(argv: list[str] | None = None) -> int:
         sys.modules[CANDIDATE_MODULE] = module
         spec.loader.exec_module(module)
     except BaseException:
-        reply({"kind": "error", "compile": True, "fatal": True, "error": traceback.format_exc(limit=8)[-6000:]})
+        reply(ErrorReply(compile=True, fatal=True, error=traceback.format_exc(limit=8)[-6000:]))
         return 0
     fn = vars(module).get(args.entry)
     if not callable(fn):
-        reply({"kind": "error", "compile": True, "fatal": True, "error": f"the module defines no callable {args.entry}"})
+        reply(ErrorReply(compile=True, fatal=True, error=f"the module defines no callable {args.entry}"))
         return 0
     if not args.problem_file and type(fn) is not types.FunctionType:  # an object whose methods the harness would call
-        reply({"kind": "error", "compile": True, "fatal": True,
-               "error": f"{args.entry} must be a plain function (def {args.entry}(...)), not {type(fn).__name__}"})
+        reply(ErrorReply(compile=True, fatal=True,
+                         error=f"{args.entry} must be a plain function (def {args.entry}(...)), not {type(fn).__name__}"))
         return 0
     new_modules = sorted(set(sys.modules) - modules_before - {CANDIDATE_MODULE})
     if args.problem_file:  # the problem's own imports are not the candidate's
         try:
             fn = _file_problem_entry(fn, args)
         except BaseException:
-            reply({"kind": "error", "compile": True, "fatal": True, "error": traceback.format_exc(limit=8)[-6000:]})
+            reply(ErrorReply(compile=True, fatal=True, error=traceback.format_exc(limit=8)[-6000:]))
             return 0
-    reply({"kind": "ready", "import_s": time.perf_counter() - t0, "new_modules": new_modules,
-           "banned_modules": [m for m in new_modules if policy.module_violation(m)], "fences": fences,
-           "threads": len(threading.enumerate())})
+    reply(CandidateReadyReply(import_s=time.perf_counter() - t0, new_modules=new_modules,
+                              banned_modules=[m for m in new_modules if policy.module_violation(m)], fences=fences,
+                              threads=len(threading.enumerate())))
     CandidateServer(fn, args.device, channel, recorder, module, base_threads, integrity).serve(sys.stdin)
     return 0
 

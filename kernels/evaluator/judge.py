@@ -26,11 +26,19 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 import triton
 
-from kernels.evaluator import confinement, gpu_quiet, isolation, timing
+from kernels.evaluator import confinement, gpu_quiet, isolation, protocol, timing
+from kernels.evaluator.protocol import (ArmedReply, ArmRequest, BaselineNamesReply, BaselineNamesRequest, BaselinesReply,
+                                        BaselinesRequest, CalledReply, CallRequest, CandidateReadyReply, ErrorReply,
+                                        FactsReply, FactsRequest, FencedReply, FiredReply, FireRequest, ForgetRequest,
+                                        ForgotReply, MinBytesReply, MinBytesRequest, PingRequest, PongReply,
+                                        ProblemErrorReply, ProblemReadyReply, ReferencedReply, ReferenceRequest,
+                                        RunsReply, RunsRequest, SavedReply, SaveTimedRequest, SealRecord, SealedReply,
+                                        SpecReply, SpecRequest, TimedReply, TimeRequest)
 from kernels.evaluator.timing import compare, time_baseline
 from kernels.evaluator.seal import SEAL_EXIT
 from kernels.evaluator.hostinfo import nvidia_driver
@@ -58,6 +66,7 @@ POLL_S = 0.25  # how often the judge looks at the sandbox's processes, memory an
 # run-to-run noise (atomics): far above rounding, far below what poison (NaN, ~6e4, ~1e36) gives.
 REPRODUCIBLE_FRAC = 1e-3
 FILL_A, FILL_B = 0xFF, 0x7B  # 0xFF is NaN in fp16/bf16/fp32; 0x7B.. is a large finite number in each
+R = TypeVar("R", bound=protocol.Message)
 
 
 class Outcome(Exception):
@@ -176,6 +185,7 @@ class CandidateProcess:
     MODULE = "kernels.evaluator.candidate_process"
     NAME = "candidate"
     WHO = "the candidate"  # in the verdict's reasons
+    REPLIES = protocol.CandidateReplies  # what its process may write on the reply pipe
 
     def __init__(self, device: str, scratch: Path) -> None:
         """Starts the process, which imports torch and Triton and then waits for its assignment
@@ -206,7 +216,7 @@ class CandidateProcess:
         self.replies = os.fdopen(read_fd, "rb")
         self.buffer = b""
         self.polls = 0
-        self.records: list[dict] = []  # every record line received, for the seal's reports and the import
+        self.records: list[protocol.Record] = []  # every record line received, for the seal's reports and the import
         self.outputs: dict[Path, int] = {}  # output files the judge asked for, and the bytes each may take
         self.assigned = False  # unassigned, it is killed on close: it has nothing to finish
 
@@ -218,10 +228,10 @@ class CandidateProcess:
         return [triton_cache_dir()]
 
     def fence_assignment(self, toolchain: str) -> dict:
-        """The fences' part of an assignment: the switches (read now: the fence self-test may have set
-        them), what it may write and read (kernels/evaluator/fences.py adds the system's paths), and
-        which programs it may start."""
-        switches = {name: int(fence_on(name)) for name in FENCE_SWITCHES}
+        """The fences' part of an assignment (protocol.FencedAssignment): the switches (read now: the fence
+        self-test may have set them), what it may write and read (kernels/evaluator/fences.py adds the
+        system's paths), and which programs it may start."""
+        switches = {name: fence_on(name) for name in FENCE_SWITCHES}
         return {"seccomp": switches["seccomp"], "landlock": switches["landlock"],
                 "landlock_reads": switches["landlock_reads"], "landlock_exec": switches["landlock_exec"],
                 "netns": switches["netns"], "drop_capabilities": switches["capabilities"],
@@ -239,14 +249,15 @@ class CandidateProcess:
         candidate.write_text(source)
         # on CUDA Triton runs ptxas and the C compiler; on the CPU (its interpreter) nothing
         toolchain = "triton" if self.device == "cuda" else "none"
-        self.send({"nonce": self.nonce, "candidate": str(candidate), "entry": entry, "device": self.device,
-                   **self.fence_assignment(toolchain),
-                   "gpu_memory_fraction": settings().sandbox_gpu_fraction if self.device == "cuda" else 0.0,
-                   "fsize": fsize, "seal": settings().sandbox_seal, **(problem or {})})
+        self.send(protocol.CandidateAssignment(
+            nonce=self.nonce, candidate=str(candidate), entry=entry, device=self.device, **self.fence_assignment(toolchain),
+            gpu_memory_fraction=settings().sandbox_gpu_fraction if self.device == "cuda" else 0.0,
+            fsize=fsize, seal=settings().sandbox_seal, **(problem or {})))
 
-    def send(self, cmd: dict) -> None:
+    def send(self, message: protocol.Message) -> None:
+        """An assignment or a request, on the process's stdin."""
         try:
-            self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
+            self.proc.stdin.write(protocol.encode_request(message))
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass  # the reply wait reports the death
@@ -297,9 +308,15 @@ class CandidateProcess:
         finally:
             self.release(path)
 
-    def receive(self) -> dict:
-        """The next reply, charging the wait to the candidate's budget."""
+    def receive(self) -> protocol.Message:
+        """The next line on the reply pipe (a reply or a record line), charging the wait to the
+        candidate's budget. A line that is not exactly one of the protocol's messages, with this run's
+        nonce, ends the evaluation (protocol.read_reply); nothing of it is used."""
         while b"\n" not in self.buffer:
+            if len(self.buffer) > protocol.MAX_LINE_BYTES:
+                self.kill()
+                raise Outcome("crashed", f"{self.WHO}'s process wrote a line of over {protocol.MAX_LINE_BYTES} bytes "
+                              "on the result channel")
             if self.budget_s <= 0:
                 self.kill()
                 raise Outcome("timeout", f"{self.WHO} exceeded its wall-clock limit and was killed")
@@ -319,17 +336,18 @@ class CandidateProcess:
         if not line.strip():
             return self.receive()  # the seal writes its line on a line of its own
         try:
-            reply = json.loads(line)
-        except json.JSONDecodeError:
-            self._sealed(self._exit_code() if self.proc.poll() is not None else None)
-            raise Outcome("crashed", f"{self.WHO}'s process wrote garbage on the result channel") from None
-        if not isinstance(reply, dict) or "kind" not in reply:
-            raise Outcome("crashed", f"{self.WHO}'s process wrote garbage on the result channel")
-        if reply.get("nonce") != self.nonce:
+            reply = protocol.read_reply(line, self.nonce, self.REPLIES)
+        except protocol.Refused as refused:
+            if refused.why == "garbage":
+                self._sealed(self._exit_code() if self.proc.poll() is not None else None)
+                raise Outcome("crashed", f"{self.WHO}'s process wrote garbage on the result channel") from None
             self.kill()
-            raise Outcome("rejected", "a forged line on the result channel (it lacks this run's nonce): "
-                          f"{self.WHO} tampered with the sandbox's reply channel")
-        if reply["kind"] == "sealed":
+            if refused.why == "forged":
+                raise Outcome("rejected", "a forged line on the result channel (it lacks this run's nonce): "
+                              f"{self.WHO} tampered with the sandbox's reply channel") from None
+            raise Outcome("crashed", f"{self.WHO}'s process wrote a reply that is not the protocol's on the result "
+                          f"channel ({refused.detail})") from None
+        if isinstance(reply, SealedReply):
             self.kill()
             raise Outcome("rejected", _sealed_reason(reply))
         return reply
@@ -341,36 +359,35 @@ class CandidateProcess:
             return
         for line in self.buffer.split(b"\n"):
             try:
-                reply = json.loads(line)
-            except ValueError:
+                reply = protocol.read_reply(line, self.nonce, self.REPLIES)
+            except protocol.Refused:
                 continue
-            if isinstance(reply, dict) and reply.get("kind") == "sealed" and reply.get("nonce") == self.nonce:
+            if isinstance(reply, SealedReply):
                 raise Outcome("rejected", _sealed_reason(reply))
         raise Outcome("rejected", "the sandbox's seal ended the candidate's process (its line did not arrive)")
 
-    def request(self, cmd: dict, expect: str) -> dict:
-        """Sends a command; its reply, with the record lines that came before it (kernel launches,
-        torch ops, call markers, the seal's reports) as reply["record"]."""
+    def request(self, cmd: protocol.Message, expect: type[R]) -> tuple[R, list[protocol.Record]]:
+        """Sends a request; its reply, which must be an `expect`, and the record lines that came before
+        it (kernel launches, torch ops, call markers, the seal's reports)."""
         self.send(cmd)
-        reply = self.reply()
-        if reply["kind"] == "error":
-            status = "compile_error" if reply.get("compile") else "crashed"
-            what = "failed to compile" if reply.get("compile") else "raised"
-            raise Outcome(status, f"{self.WHO} {what}:\n{reply.get('error', '')}")
-        if reply["kind"] != expect:
-            raise Outcome("crashed", f"unexpected reply {reply['kind']!r} on the result channel")
-        return reply
+        reply, record = self.reply()
+        if isinstance(reply, ErrorReply):
+            status = "compile_error" if reply.compile else "crashed"
+            what = "failed to compile" if reply.compile else "raised"
+            raise Outcome(status, f"{self.WHO} {what}:\n{reply.error}")
+        if not isinstance(reply, expect):
+            raise Outcome("crashed", f"unexpected reply {reply.kind!r} on the result channel")
+        return reply, record
 
-    def reply(self) -> dict:
-        """The next reply, with the record lines before it as reply["record"]."""
+    def reply(self) -> tuple[protocol.Message, list[protocol.Record]]:
+        """The next reply, and the record lines before it."""
         record = []
         reply = self.receive()
-        while reply["kind"] in RECORD_KINDS:
+        while isinstance(reply, protocol.Record):
             record.append(reply)
             reply = self.receive()
-        reply["record"] = record
         self.records += record
-        return reply
+        return reply, record
 
     def _exit_code(self) -> int | None:
         try:
@@ -396,7 +413,7 @@ class CandidateProcess:
 
     def close(self) -> None:
         if self.proc.poll() is None and self.assigned:
-            self.send({"op": "exit"})
+            self.send(protocol.ExitRequest())
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -415,6 +432,7 @@ class ProblemProcess(CandidateProcess):
     MODULE = "kernels.evaluator.problem_process"
     NAME = "problem"
     WHO = "the problem file"
+    REPLIES = protocol.ProblemReplies
 
     def __init__(self, device: str, scratch: Path, source: str) -> None:
         # Its compiler caches (Triton's, torch.compile's) are its own file's: kept across evaluations
@@ -441,8 +459,9 @@ class ProblemProcess(CandidateProcess):
         self.budget_s = budget_s
         self.memory_cap = memory_cap
         self.assigned = True
-        self.send({"nonce": self.nonce, "problem_file": str(problem_file), "problem_name": name,
-                   "param_seed": param_seed, "device": self.device, **self.fence_assignment("torch-compile")})
+        self.send(protocol.ProblemAssignment(nonce=self.nonce, problem_file=str(problem_file), problem_name=name,
+                                             param_seed=param_seed, device=self.device,
+                                             **self.fence_assignment("torch-compile")))
 
 
 class ProblemFailed(Outcome):
@@ -492,8 +511,10 @@ class RemoteFileProblem:
                                     f"{settings().problem_timeout_s:g} s") from None
             raise EvaluatorError(f"the problem's sandbox failed before loading the file ({outcome.reason}):\n"
                                  f"{self.proc.log_tail()[-2500:]}") from None
-        self.fences = dict(fenced.get("fences", {}))
-        self._request_reply(None, "ready")
+        if not isinstance(fenced, FencedReply):
+            raise ProblemFailed(f"problem {self.spec.name}: its process answered {fenced.kind!r} where 'fenced' was expected")
+        self.fences = dict(fenced.fences)
+        self._request_reply(None, ProblemReadyReply)
 
     def close(self) -> None:
         if self.proc is not None:
@@ -502,36 +523,37 @@ class RemoteFileProblem:
     def log_tail(self) -> str:
         return self.proc.log_tail() if self.proc is not None else ""
 
-    def _request_reply(self, cmd: dict | None, expect: str) -> dict:
+    def _request_reply(self, cmd: protocol.Message | None, expect: type[R]) -> R:
         """A command's reply. Whatever goes wrong in the problem's process is the problem's failure
         (ProblemFailed: the file's own code raised, or its process died or ran out of time running it),
         except an error of the process's own outside the file's code (an I/O error: infrastructure)."""
         try:
             if cmd is not None:
                 self.proc.send(cmd)
-            reply = self.proc.reply()
+            reply, _ = self.proc.reply()
         except Outcome as outcome:
             first = outcome.reason.strip().splitlines()[0] if outcome.reason.strip() else outcome.status
             raise ProblemFailed(f"problem {self.spec.name}: {first}",
                                 f"{outcome.reason}\n(the problem file's own code failed; the candidate was not "
                                 "judged past this point)") from None
-        if reply["kind"] == "problem_error":
-            raise ProblemFailed(str(reply.get("error", "")), f"the problem file raised: {reply.get('error', '')}\n"
-                                f"{reply.get('detail', '')}\n(the problem file's own code failed; the candidate was "
-                                "not judged past this point)")
-        if reply["kind"] == "error":
-            raise EvaluatorError(f"the problem's process failed outside the file's code:\n{reply.get('error', '')}")
-        if reply["kind"] != expect:
-            raise ProblemFailed(f"problem {self.spec.name}: its process answered {reply['kind']!r} where "
-                                f"{expect!r} was expected")
+        if isinstance(reply, ProblemErrorReply):
+            raise ProblemFailed(reply.error, f"the problem file raised: {reply.error}\n{reply.detail}\n(the problem "
+                                "file's own code failed; the candidate was not judged past this point)")
+        if isinstance(reply, ErrorReply):
+            raise EvaluatorError(f"the problem's process failed outside the file's code:\n{reply.error}")
+        if not isinstance(reply, expect):
+            raise ProblemFailed(f"problem {self.spec.name}: its process answered {reply.kind!r} where "
+                                f"{expect.model_fields['kind'].default!r} was expected")
         return reply
 
     def _spec(self, shape: dict[str, int], dtype: torch.dtype) -> tuple:
         key = (tuple(sorted(shape.items())), dtype)
         if key not in self._specs:
-            reply = self._request_reply({"op": "spec", "shape": shape, "dtype": _dtype_name(dtype)}, "spec")
-            self._specs[key] = (tuple(int(d) for d in reply["shape"]), getattr(torch, reply["dtype"]),
-                                int(reply["input_bytes"]))
+            reply = self._request_reply(SpecRequest(shape=shape, dtype=_dtype_name(dtype)), SpecReply)
+            out_dtype = getattr(torch, reply.dtype, None)
+            if not isinstance(out_dtype, torch.dtype):
+                raise ProblemFailed(f"problem {self.spec.name}: its output's dtype {reply.dtype!r} is not a torch dtype")
+            self._specs[key] = (tuple(reply.shape), out_dtype, reply.input_bytes)
         return self._specs[key]
 
     def output_spec(self, shape: dict[str, int], dtype: torch.dtype) -> tuple[tuple[int, ...], torch.dtype]:
@@ -541,7 +563,7 @@ class RemoteFileProblem:
         return self._spec(shape, dtype)[2]
 
     def min_bytes(self, shape: dict[str, int], elem: int) -> float:
-        return float(self._request_reply({"op": "min_bytes", "shape": shape, "elem": elem}, "min_bytes")["bytes"])
+        return self._request_reply(MinBytesRequest(shape=shape, elem=elem), MinBytesReply).bytes
 
     def traffic(self, shape: dict[str, int], elem: int):
         from kernels.problems.kernelbench import tensor_flops
@@ -557,10 +579,9 @@ class RemoteFileProblem:
         """The reference output for the inputs of this seed (perturbed first by the judge's clock's factors,
         when given), on `device`."""
         path = self._file("reference")
-        reply = self._request_reply({"op": "reference", "shape": shape, "seed": seed, "dtype": _dtype_name(dtype),
-                                     "perturb": list(perturb) if perturb else None, "output": str(path)},
-                                    "referenced")
-        self.last_inputs_s = float(reply.get("inputs_s") or 0.0)
+        reply = self._request_reply(ReferenceRequest(shape=shape, seed=seed, dtype=_dtype_name(dtype), perturb=perturb,
+                                                     output=str(path)), ReferencedReply)
+        self.last_inputs_s = reply.inputs_s
         try:
             return _load_regular(path, device)
         finally:
@@ -568,20 +589,29 @@ class RemoteFileProblem:
 
     def baseline_names(self) -> list[str]:
         if self._names is None:
-            self._names = list(self._request_reply({"op": "baseline_names"}, "baseline_names")["names"])
+            self._names = list(self._request_reply(BaselineNamesRequest(), BaselineNamesReply).names)
         return self._names
 
     def time_baselines(self, shape: dict[str, int], seeds: list[int], dtype: torch.dtype, names: list[str],
-                       **how) -> dict:
-        return self._request_reply({"op": "baselines", "shape": shape, "seeds": seeds, "dtype": _dtype_name(dtype),
-                                    "names": names, **how}, "baselines")["results"]
+                       **how) -> dict[str, protocol.BaselineTimed | protocol.BaselineDisagrees | protocol.BaselineFailed]:
+        return self._request_reply(BaselinesRequest(shape=shape, seeds=seeds, dtype=_dtype_name(dtype), names=names,
+                                                    **how), BaselinesReply).results
 
     def facts(self, small: bool) -> FileFacts:
-        return FileFacts.model_validate(self._request_reply({"op": "facts", "small": small}, "facts")["facts"])
+        facts = self._request_reply(FactsRequest(small=small), FactsReply).facts
+        try:
+            return FileFacts.model_validate(facts)
+        except protocol.ValidationError as exc:
+            raise ProblemFailed(f"problem {self.spec.name}: its process told facts that are not a file's facts "
+                                f"({protocol.first_error(exc)})") from None
 
     def runs(self, shapes: list[dict[str, int]], dtype: torch.dtype) -> list[ReferenceCall]:
-        reply = self._request_reply({"op": "runs", "shapes": shapes, "dtype": _dtype_name(dtype)}, "runs")
-        return [ReferenceCall.model_validate(c) for c in reply["calls"]]
+        reply = self._request_reply(RunsRequest(shapes=shapes, dtype=_dtype_name(dtype)), RunsReply)
+        try:
+            return [ReferenceCall.model_validate(c) for c in reply.calls]
+        except protocol.ValidationError as exc:
+            raise ProblemFailed(f"problem {self.spec.name}: its process told reference runs that are not "
+                                f"reference runs ({protocol.first_error(exc)})") from None
 
     def pids(self) -> set[int]:
         return set(isolation.process_tree(self.proc.proc.pid, self.proc.token)) if self.proc is not None else set()
@@ -645,9 +675,6 @@ def _load_output(path: Path) -> torch.Tensor:
     return out
 
 
-RECORD_KINDS = ("rec", "seal")
-
-
 @dataclass
 class CallRecord:
     """What the record says about one candidate call (or, for `outside`, about no call)."""
@@ -663,47 +690,45 @@ class CallRecord:
     threads: int = 0
 
 
-def read_record(lines: list[dict]) -> tuple[dict[int, CallRecord], CallRecord]:
+def read_record(lines: list[protocol.Record]) -> tuple[dict[int, CallRecord], CallRecord]:
     """The record lines of a command, in the order written, by call: a call runs from its begin marker
-    to its end marker; launches and ops in between are its own; anything else is `outside`."""
+    to its end marker; launches and ops in between are its own; anything else (the seal's reports
+    aside) is `outside`."""
     calls: dict[int, CallRecord] = {}
     outside = CallRecord()
     current: CallRecord | None = None
     for line in lines:
-        what = line.get("what")
-        if what == "begin":
-            current = calls.setdefault(int(line.get("call", -1)), CallRecord())
+        if isinstance(line, protocol.BeginRecord):
+            current = calls.setdefault(line.call, CallRecord())
             current.begun += 1
             continue
-        if what == "end":
-            ended = calls.setdefault(int(line.get("call", -1)), CallRecord())
+        if isinstance(line, protocol.EndRecord):
+            ended = calls.setdefault(line.call, CallRecord())
             ended.ended += 1
-            ended.problems += [str(p) for p in line.get("problems") or []]
+            ended.problems += line.problems
             current = None
             continue
         target = current if current is not None else outside
-        if what == "probe":
+        if isinstance(line, protocol.ProbeRecord):
             target.probed += 1
-        elif what == "launch":
-            name = str(line.get("name"))
-            target.kernels.append(name)
-            if line.get("own") and name.startswith("candidate."):
+        elif isinstance(line, protocol.LaunchRecord):
+            target.kernels.append(line.name)
+            if line.own and line.name.startswith("candidate."):
                 target.own += 1
-            if line.get("side"):
-                target.side.add(name)
-            if line.get("odd"):
-                target.odd.add(f"{name} got {', '.join(map(str, line['odd']))}")
-        elif what == "op":
-            target.ops[str(line.get("name"))] += 1
-        elif what == "thread":
+            if line.side:
+                target.side.add(line.name)
+            if line.odd:
+                target.odd.add(f"{line.name} got {', '.join(line.odd)}")
+        elif isinstance(line, protocol.OpRecord):
+            target.ops[line.name] += 1
+        elif isinstance(line, protocol.ThreadRecord):
             target.threads += 1
     return calls, outside
 
 
-def _sealed_reason(line: dict) -> str:
-    return (f"the sandbox's seal ended the candidate's process on {str(line.get('event'))[:80]} "
-            f"{str(line.get('why'))[:300]}: an action no kernel needs (the seal is the run-time layer behind the "
-            "static policy)")
+def _sealed_reason(line: SealedReply) -> str:
+    return (f"the sandbox's seal ended the candidate's process on {line.event[:80]} {line.why[:300]}: an action no "
+            "kernel needs (the seal is the run-time layer behind the static policy)")
 
 
 def _disk_usage(root: Path, cap: int = 100_000) -> int:
@@ -944,7 +969,7 @@ class Judge:
     def _close_candidate(self, candidate: CandidateProcess) -> None:
         self.verdict.log_tail = candidate.log_tail()
         candidate.close()
-        reports = Counter(f"{r.get('event')} {r.get('why')}" for r in candidate.records if r.get("kind") == "seal")
+        reports = Counter(f"{r.event} {r.why}" for r in candidate.records if isinstance(r, SealRecord))
         if reports:  # MARATHON_SANDBOX_SEAL=report: what the seal would have ended the process for
             self.verdict.flags.append("the seal would have ended the candidate's process for: " + "; ".join(
                 f"{what} (x{n})" for what, n in reports.most_common(20)))
@@ -1026,8 +1051,8 @@ class Judge:
             self._prepare(0, shapes[0], s)
         with self._phase("sandbox_start"):
             ready = self._ready(candidate)
-        if ready["banned_modules"]:
-            raise Outcome("rejected", f"importing the candidate loaded {', '.join(ready['banned_modules'])}")
+        if ready.banned_modules:
+            raise Outcome("rejected", f"importing the candidate loaded {', '.join(ready.banned_modules)}")
         noop_checked = False
         for index, (shape, probe) in enumerate([(s, False) for s in shapes] + [(s, True) for s in probes]):
             result = ShapeResult(shape=shape, correct=False)
@@ -1066,7 +1091,7 @@ class Judge:
             result.correct = True
             if self.req.mode == "full" and not probe:
                 self._time(candidate, result, shape, input_sets, out_bytes)
-            candidate.request({"op": "forget"}, "forgot")
+            candidate.request(ForgetRequest(), ForgotReply)
             del input_sets
             if self.device == "cuda":
                 torch.cuda.empty_cache()
@@ -1097,7 +1122,7 @@ class Judge:
                       f"same inputs, with fresh memory filled with 0x{FILL_A:02X} and then 0x{FILL_B:02X}, differ by "
                       f"up to {diff:.3g} (a kernel reads memory it never wrote, or leaves output unwritten)")
 
-    def _ready(self, candidate: CandidateProcess) -> dict:
+    def _ready(self, candidate: CandidateProcess) -> CandidateReadyReply:
         try:
             fenced = candidate.receive()
         except Outcome as outcome:
@@ -1106,43 +1131,44 @@ class Judge:
             # nothing of the candidate's has run yet: the sandbox itself failed to start (CUDA, Triton)
             raise EvaluatorError(f"the sandbox failed before loading the candidate ({outcome.reason}):\n"
                                  f"{candidate.log_tail()[-2500:]}") from None
-        if fenced.get("kind") != "fenced":
-            raise Outcome("crashed", f"unexpected reply {fenced.get('kind')!r} on the result channel")
-        self.verdict.sandbox.update(fenced.get("fences", {}))
+        if not isinstance(fenced, FencedReply):
+            raise Outcome("crashed", f"unexpected reply {fenced.kind!r} on the result channel")
+        self.verdict.sandbox.update(fenced.fences)
         self.verdict.sandbox["seal"] = settings().sandbox_seal
-        reply = candidate.reply()
-        if reply["kind"] == "error":
-            raise Outcome("compile_error", f"the candidate failed to import:\n{reply.get('error', '')}")
-        if reply["kind"] != "ready":
-            raise Outcome("crashed", f"unexpected reply {reply['kind']!r} on the result channel")
+        reply, _ = candidate.reply()
+        if isinstance(reply, ErrorReply):
+            raise Outcome("compile_error", f"the candidate failed to import:\n{reply.error}")
+        if not isinstance(reply, CandidateReadyReply):
+            raise Outcome("crashed", f"unexpected reply {reply.kind!r} on the result channel")
         return reply
 
-    def _call(self, candidate, seed: int, out_path, out_shape, out_dtype, noop: bool = False, fill: int = FILL_A) -> dict:
+    def _call(self, candidate, seed: int, out_path, out_shape, out_dtype, noop: bool = False,
+              fill: int = FILL_A) -> CalledReply:
         """One call of the candidate on the inputs of `seed`, which its process makes itself (on the
         device, as the reference's were made): no input file passes through its scratch folder. Its
         output comes back as a file there, allowed beside the scratch quota (CandidateProcess.expect)."""
         self.calls_made += 1
         index = self.calls_made
         candidate.expect(out_path, self._output_bytes(out_shape, out_dtype))
-        facts = candidate.request({"op": "call", "problem": self.spec.name, "seed": seed, "output": str(out_path),
-                                   "shape": list(out_shape), "dtype": str(out_dtype).removeprefix("torch."),
-                                   "noop": noop, "fill": fill, "problem_shape": self.current_shape, "index": index,
-                                   "input_dtype": str(self.dtype).removeprefix("torch.")}, "called")
-        banned = [m for m in facts.get("new_modules", []) if module_violation(m)]
+        facts, record = candidate.request(CallRequest(
+            problem=self.spec.name, seed=seed, output=str(out_path), shape=list(out_shape), dtype=_dtype_name(out_dtype),
+            noop=noop, fill=fill, problem_shape=self.current_shape, index=index, input_dtype=_dtype_name(self.dtype)),
+            CalledReply)
+        banned = [m for m in facts.new_modules if module_violation(m)]
         if banned:
             raise Outcome("rejected", f"calling the candidate loaded {', '.join(banned)}")
         if noop:
             return facts
-        calls, outside = read_record(facts["record"])
+        calls, outside = read_record(record)
         call = calls.get(index, CallRecord())
         self.verdict.kernels_launched = list(dict.fromkeys(self.verdict.kernels_launched + call.kernels))
         self._record_checks(calls, outside, [index], "")
-        if facts["output_problem"]:
-            raise Outcome("incorrect", f"the candidate {facts['output_problem']}")
+        if facts.output_problem:
+            raise Outcome("incorrect", f"the candidate {facts.output_problem}")
         self._facts(facts, "")
         if not call.own:
             raise Outcome("rejected", "no Triton kernel of the candidate's own was launched")
-        if facts["inputs_mutated"]:
+        if facts.inputs_mutated:
             raise Outcome("rejected", "the candidate modified its inputs")
         return facts
 
@@ -1188,25 +1214,29 @@ class Judge:
             if note not in self.verdict.flags:
                 self.verdict.flags.append(note)
 
-    def _facts(self, facts: dict, when: str) -> None:
+    def _facts(self, facts: protocol.CallFacts, when: str) -> None:
         """What the harness saw after a call (or, with `when`, after the timed calls)."""
-        if facts.get("tampered"):
-            raise Outcome("rejected", f"the candidate changed the harness{when}: {', '.join(facts['tampered'])} "
-                          "(modules and classes the measurement relies on are sealed before the candidate is loaded)")
-        if facts.get("threads_alive"):
+        self._tampered(facts.tampered, when)
+        if facts.threads_alive:
             raise Outcome("rejected", f"the candidate left threads running after its call{when} "
-                          f"({', '.join(facts['threads_alive'])}): work hidden from the clock")
-        if facts.get("state_changed"):
+                          f"({', '.join(facts.threads_alive)}): work hidden from the clock")
+        if facts.state_changed:
             note = ("module-level state changed between calls" + (when or " of one shape") + ": "
-                    + ", ".join(facts["state_changed"]) + " (state that persists across calls: a cache?)")
+                    + ", ".join(facts.state_changed) + " (state that persists across calls: a cache?)")
             if note not in self.verdict.flags:
                 self.verdict.flags.append(note)
+
+    @staticmethod
+    def _tampered(tampered: list[str], when: str) -> None:
+        if tampered:
+            raise Outcome("rejected", f"the candidate changed the harness{when}: {', '.join(tampered)} "
+                          "(modules and classes the measurement relies on are sealed before the candidate is loaded)")
 
     def _noop_check(self, candidate, seed: int, out_path, real_out, out_shape, out_dtype) -> None:
         """With the candidate's kernels turned into no-ops the output must change: otherwise
         something other than its kernels produced the answer."""
         facts = self._call(candidate, seed, out_path, out_shape, out_dtype, noop=True)
-        if facts["output_problem"] is not None:
+        if facts.output_problem is not None:
             candidate.release(out_path)
             return  # it could not even build an output without its kernels: fine
         hollow = candidate.take(out_path)
@@ -1225,44 +1255,39 @@ class Judge:
             with self._phase("gpu_wait"):
                 self._wait_for_quiet_gpu(candidate)
         with self._phase("timing"):
-            reply = candidate.request({"op": "time", "problem": self.spec.name, "shape": shape,
-                                     "dtype": str(self.dtype).removeprefix("torch."), "seed_base": seed0,
-                                     "slots": slots, "reps": self.reps, "warmup": self.warmup,
-                                     "sync_reps": 5 if cuda else 0, "graph": cuda,
-                                     "keep_bytes": self._keep_bytes()}, "timed")
-        facts = reply["facts"]
-        banned = [m for m in facts.get("new_modules", []) if module_violation(m)]
+            reply, record = candidate.request(TimeRequest(
+                problem=self.spec.name, shape=shape, dtype=_dtype_name(self.dtype), seed_base=seed0, slots=slots,
+                reps=self.reps, warmup=self.warmup, sync_reps=5 if cuda else 0, graph=cuda,
+                keep_bytes=self._keep_bytes()), TimedReply)
+        facts = reply.facts
+        banned = [m for m in facts.new_modules if module_violation(m)]
         if banned:
             raise Outcome("rejected", f"calling the candidate loaded {', '.join(banned)}")
-        if facts["output_problem"]:
-            raise Outcome("incorrect", f"the candidate {facts['output_problem']}")
+        if facts.output_problem:
+            raise Outcome("incorrect", f"the candidate {facts.output_problem}")
         self._facts(facts, " during the timed calls")
-        phases = reply["phases"]
+        phases = reply.phases
         asked = {"warmup": self.warmup, "timed": self.reps, "sync": 5 if cuda else 0}
-        if (not isinstance(phases, dict) or any(not isinstance(i, int) for v in phases.values() for i in v)
-                or any(len(phases.get(name, [])) != n for name, n in asked.items()) or len(reply["times_us"]) != self.reps):
+        if any(len(phases.get(name, [])) != n for name, n in asked.items()) or len(reply.times_us) != self.reps:
             raise Outcome("rejected", "the timing run did not make the calls the judge asked for "
                           f"({ {k: len(v) for k, v in phases.items()} } against {asked})")
         eager = [i for name in asked for i in phases.get(name, [])]
-        calls, outside = read_record(reply["record"])
+        calls, outside = read_record(record)
         self._record_checks(calls, outside, eager, " during the timed calls")
         idle = [i for i in eager if not calls[i].own]
         if idle:
             raise Outcome("rejected", f"{len(idle)} timed call(s) launched none of the candidate's "
                           "kernels: outputs replayed or cached instead of computed")
-        kept = reply.get("kept")
-        if not isinstance(kept, list) or not all(isinstance(i, int) for i in kept):
-            raise Outcome("rejected", "the timing run's reply does not say which outputs it kept")
         with self._phase("recheck_timed_calls"):
-            self._recheck(candidate, shape, phases, seed0 + slots, set(kept), out_bytes)
+            self._recheck(candidate, shape, phases, seed0 + slots, set(reply.kept), out_bytes)
         result.timing = _timing(reply)
         result.latency_us = result.timing.median_us
         input_bytes = (self.reference.input_bytes(shape, self.dtype) if self.remote else
                        sum(v.numel() * v.element_size() for v in input_sets[0].values() if isinstance(v, torch.Tensor)))
         with self._phase("judge_clock"):
             self._clock(candidate, result, shape, input_bytes, out_bytes)
-        if cuda and reply.get("sync_wall_us"):
-            self._wall_check(result, shape, statistics.median(reply["sync_wall_us"]))
+        if cuda and reply.sync_wall_us:
+            self._wall_check(result, shape, statistics.median(reply.sync_wall_us))
         if self.req.baselines:
             with self._phase("baselines"):
                 self._baselines(result, input_sets)
@@ -1301,10 +1326,10 @@ class Judge:
         for n, batch in enumerate(batches):
             for i in batch:
                 candidate.expect(candidate.workdir / f"timed_{i}.pt", out_bytes)
-            saved = candidate.request({"op": "save_timed", "indices": batch, "dir": str(candidate.workdir),
-                                       "clear": clear and n == len(batches) - 1}, "saved")
+            saved, _ = candidate.request(SaveTimedRequest(indices=batch, dir=str(candidate.workdir),
+                                                          clear=clear and n == len(batches) - 1), SavedReply)
             for i in batch:
-                path = saved["files"].get(str(i))
+                path = saved.files.get(str(i))
                 if path is None or Path(path) != candidate.workdir / f"timed_{i}.pt":
                     candidate.release(candidate.workdir / f"timed_{i}.pt")
                     yield i, None, saved
@@ -1389,7 +1414,7 @@ class Judge:
         pings = []
         for _ in range(3):  # the round trip with no work: what the batch's own round trip holds besides the calls
             t0 = time.perf_counter()
-            candidate.request({"op": "ping"}, "pong")
+            candidate.request(PingRequest(), PongReply)
             pings.append((time.perf_counter() - t0) * 1e6)
         per_call, graphed = [], True
         for batch in range(CLOCKED_BATCHES if cuda else 1):
@@ -1398,17 +1423,17 @@ class Judge:
             index = CLOCKED_INDEX + batch * 4 * CLOCKED_CALLS
             draw = lambda: secrets.randbelow(timing.DIGEST_MODULUS - 1) + 1  # noqa: E731
             a, b, pa, pb, da, db = (draw() for _ in range(6))
-            armed = candidate.request({"op": "arm", "problem": self.spec.name, "shape": shape, "dtype": dtype,
-                                       "capture_seeds": capture_seeds, "seeds": seeds, "index": index, "a": a, "b": b,
-                                       "graph": cuda}, "armed")
-            graphed = graphed and bool(armed.get("graph"))
+            armed, armed_record = candidate.request(ArmRequest(
+                problem=self.spec.name, shape=shape, dtype=dtype, capture_seeds=capture_seeds, seeds=seeds, index=index,
+                a=a, b=b, graph=cuda), ArmedReply)
+            graphed = graphed and armed.graph
             t0 = time.perf_counter()
-            reply = candidate.request({"op": "fire", "pa": pa, "pb": pb, "da": da, "db": db}, "fired")
+            reply, fired_record = candidate.request(FireRequest(pa=pa, pb=pb, da=da, db=db), FiredReply)
             per_call.append((time.perf_counter() - t0) * 1e6 / n)
-            if reply["output_problem"]:
-                raise Outcome("incorrect", f"the candidate {reply['output_problem']} (a call timed by the judge)")
-            calls, outside = read_record(armed["record"] + reply["record"])
-            indices = [index + k for k in range(2 * n if armed.get("graph") else n)]
+            if reply.output_problem:
+                raise Outcome("incorrect", f"the candidate {reply.output_problem} (a call timed by the judge)")
+            calls, outside = read_record(armed_record + fired_record)
+            indices = [index + k for k in range(2 * n if armed.graph else n)]
             where = " during the calls timed by the judge"
             self._record_checks(calls, outside, indices, where)
             if not all(calls[i].own for i in indices):
@@ -1418,7 +1443,7 @@ class Judge:
             digest = timing.BatchDigest(n * math.prod(self.reference.output_spec(shape, self.dtype)[0]), da, db,
                                         weights, "cpu")
             for k, (i, out, saved) in enumerate(self._saved(candidate, kept, out_bytes, clear=True)):
-                self._facts(saved, where)
+                self._tampered(saved.tampered, where)
                 if out is None:
                     raise Outcome("incorrect", "a call timed by the judge returned no usable output")
                 ref = self._perturbed_reference(shape, seeds[k], pa, pb + k)
@@ -1430,8 +1455,8 @@ class Judge:
                 digest.add(out)
                 del out, ref
             digest = digest.value()
-            claimed = reply["digest"]
-            if not isinstance(claimed, (int, float)) or abs(claimed - digest) > 1e-6 * (abs(digest) + 1.0):
+            claimed = reply.digest
+            if claimed is None or not abs(claimed - digest) <= 1e-6 * (abs(digest) + 1.0):
                 raise Outcome("rejected", f"the outputs saved after the calls timed by the judge at {shape_label(shape)} are not "
                               "the ones their reply described when the clock stopped: the answers were computed afterwards")
         result.timing.judge_clock_us = round(min(per_call), 3)
@@ -1537,16 +1562,17 @@ class Judge:
             outcomes = self.reference.time_baselines(result.shape, input_sets, self.dtype, wanted, **how)
         else:
             ref = self.reference.reference(**input_sets[0])
-            outcomes = {name: time_baseline(offered[name], ref, input_sets, self.device, **how) for name in wanted}
+            outcomes = {name: protocol.BaselineOutcomes.model_validate(
+                time_baseline(offered[name], ref, input_sets, self.device, **how)).root for name in wanted}
         for name in wanted:
-            outcome = outcomes.get(name) or {"kind": "failed", "error": "no result"}
-            if outcome["kind"] == "disagrees":
+            outcome = outcomes.get(name) or protocol.BaselineFailed(error="no result")
+            if isinstance(outcome, protocol.BaselineDisagrees):
                 self.verdict.flags.append(f"baseline {name} disagrees with the reference (rel_err "
-                                          f"{outcome['rel']:.3g}); left out")
-            elif outcome["kind"] == "failed":
-                self.verdict.flags.append(f"baseline {name} failed: {outcome['error']}")
+                                          f"{outcome.rel:.3g}); left out")
+            elif isinstance(outcome, protocol.BaselineFailed):
+                self.verdict.flags.append(f"baseline {name} failed: {outcome.error}")
             else:
-                result.baseline_timings[name] = _timing(outcome["timing"])
+                result.baseline_timings[name] = _timing(outcome.timing)
                 result.baselines[name] = result.baseline_timings[name].median_us
 
     def _summary(self) -> str:
@@ -1571,13 +1597,13 @@ def _missing_fences(facts: dict, device: str) -> list[str]:
     return [k for k in wanted if not facts.get(k)]
 
 
-def _timing(raw: dict) -> Timing:
-    stats = timing.summarize(raw["times_us"])
-    graph = raw.get("graph_times_us")
+def _timing(raw: protocol.TimingFigures) -> Timing:
+    stats = timing.summarize(raw.times_us)
+    graph = raw.graph_times_us
     return Timing(**{k: round(v, 3) if isinstance(v, float) else v for k, v in stats.items()},
                   graph_median_us=round(timing.summarize(graph)["median_us"], 3) if graph else None,
-                  graph_error=raw.get("graph_error"),
-                  sync_wall_us=round(statistics.median(raw["sync_wall_us"]), 3) if raw.get("sync_wall_us") else None)
+                  graph_error=raw.graph_error,
+                  sync_wall_us=round(statistics.median(raw.sync_wall_us), 3) if raw.sync_wall_us else None)
 
 
 AWAIT_REQUEST = "--await-request"  # started ahead of need: the request's paths come later, on stdin

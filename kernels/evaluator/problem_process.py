@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import sys
 import time
@@ -26,17 +25,16 @@ import traceback
 
 import torch
 
-from kernels.evaluator import confinement, timing
+from kernels.evaluator import confinement, protocol, timing
 from kernels.evaluator import fences as sandbox_fences
+from kernels.evaluator.protocol import (BaselineNamesReply, BaselinesReply, ErrorReply, FactsReply, FencedReply,
+                                        MinBytesReply, ProblemErrorReply, ProblemReadyReply, ReferencedReply, RunsReply,
+                                        SpecReply)
 from kernels.evaluator.timing import time_baseline
 from kernels.problems.kernelbench import literal_facts
 from kernels.problems.kernelbench_facts import file_facts, is_problems_fault, problem_error, problem_line
 from kernels.problems.kernelbench_facts import runs as run_reference
 from kernels.problems.kernelbench_runtime import FileReference
-
-ASSIGNMENT_DEFAULTS = {"problem_file": None, "problem_name": None, "param_seed": 0, "device": None, "seccomp": 1,
-                       "landlock": 1, "landlock_reads": 1, "landlock_exec": 1, "netns": 1, "drop_capabilities": 1,
-                       "writable": "", "readable": "", "toolchain": "torch-compile"}
 
 
 def _vector_isa_probe_in_process() -> None:
@@ -72,99 +70,95 @@ class ProblemServer:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()  # nothing of ours held while the candidate runs beside us
 
-    def spec(self, cmd: dict) -> dict:
-        dtype = getattr(torch, cmd["dtype"])
-        shape, out_dtype = self.reference.output_spec(cmd["shape"], dtype)
-        inputs = self.reference.make_inputs(cmd["shape"], 0, "meta", dtype)
+    def spec(self, cmd: protocol.SpecRequest) -> SpecReply:
+        dtype = getattr(torch, cmd.dtype)
+        shape, out_dtype = self.reference.output_spec(cmd.shape, dtype)
+        inputs = self.reference.make_inputs(cmd.shape, 0, "meta", dtype)
         nbytes = sum(v.numel() * v.element_size() for v in inputs.values() if isinstance(v, torch.Tensor))
-        return {"kind": "spec", "shape": list(shape), "dtype": str(out_dtype).removeprefix("torch."),
-                "input_bytes": nbytes}
+        return SpecReply(shape=[int(d) for d in shape], dtype=str(out_dtype).removeprefix("torch."), input_bytes=nbytes)
 
-    def min_bytes(self, cmd: dict) -> dict:
-        return {"kind": "min_bytes", "bytes": self.reference.min_bytes(cmd["shape"], int(cmd["elem"]))}
+    def min_bytes(self, cmd: protocol.MinBytesRequest) -> MinBytesReply:
+        return MinBytesReply(bytes=self.reference.min_bytes(cmd.shape, cmd.elem))
 
-    def _inputs(self, cmd: dict, seed: int) -> dict:
-        return self.reference.make_inputs(cmd["shape"], seed, self.device, getattr(torch, cmd["dtype"]))
+    def _inputs(self, cmd, seed: int) -> dict:
+        return self.reference.make_inputs(cmd.shape, seed, self.device, getattr(torch, cmd.dtype))
 
-    def reference_of(self, cmd: dict) -> dict:
+    def reference_of(self, cmd: protocol.ReferenceRequest) -> ReferencedReply:
         """The reference output for the inputs of a seed (made here, on the device, as the candidate's
         process makes its own), perturbed first when the judge's clock asked for it; saved for the judge."""
         t0 = time.perf_counter()
-        inputs = self._inputs(cmd, int(cmd["seed"]))
-        if cmd.get("perturb"):
-            a, b = cmd["perturb"]
-            timing.perturb_inputs(inputs, int(a), int(b))
+        inputs = self._inputs(cmd, cmd.seed)
+        if cmd.perturb:
+            a, b = cmd.perturb
+            timing.perturb_inputs(inputs, a, b)
         if self.device == "cuda":
             torch.cuda.synchronize()
         t1 = time.perf_counter()
         out = self.reference.reference(**inputs)
         del inputs
-        torch.save(out.cpu(), cmd["output"])
+        torch.save(out.cpu(), cmd.output)
         del out
         self._done()
-        return {"kind": "referenced", "inputs_s": round(t1 - t0, 4), "reference_s": round(time.perf_counter() - t1, 4)}
+        return ReferencedReply(inputs_s=round(t1 - t0, 4), reference_s=round(time.perf_counter() - t1, 4))
 
-    def baseline_names(self, cmd: dict) -> dict:
-        return {"kind": "baseline_names", "names": list(self.reference.baselines(self.device))}
+    def baseline_names(self, cmd: protocol.BaselineNamesRequest) -> BaselineNamesReply:
+        return BaselineNamesReply(names=list(self.reference.baselines(self.device)))
 
-    def baselines(self, cmd: dict) -> dict:
-        input_sets = [self._inputs(cmd, int(seed)) for seed in cmd["seeds"]]
-        self.reference.use_shape(cmd["shape"])
+    def baselines(self, cmd: protocol.BaselinesRequest) -> BaselinesReply:
+        input_sets = [self._inputs(cmd, seed) for seed in cmd.seeds]
+        self.reference.use_shape(cmd.shape)
         ref = self.reference.reference(**input_sets[0])
         offered = self.reference.baselines(self.device)
         results = {}
-        for name in cmd["names"]:
+        for name in cmd.names:
             if name not in offered:
                 results[name] = {"kind": "failed", "error": "not offered"}
                 continue
-            results[name] = time_baseline(offered[name], ref, input_sets, self.device, int(cmd["reps"]),
-                                          int(cmd["warmup"]), int(cmd["sync_reps"]), float(cmd["limit_rel"]))
+            results[name] = time_baseline(offered[name], ref, input_sets, self.device, cmd.reps, cmd.warmup,
+                                          cmd.sync_reps, cmd.limit_rel)
         del input_sets, ref
         self._done()
-        return {"kind": "baselines", "results": results}
+        return BaselinesReply(results=results)
 
-    def facts(self, cmd: dict) -> dict:
+    def facts(self, cmd: protocol.FactsRequest) -> FactsReply:
         """Sizes and other constants, and small sizes for a CPU when asked (kernels/problems/kernelbench_facts.py)."""
         syntax = literal_facts(self.reference.name, self.source)
-        found = file_facts(self.reference, syntax.dims, syntax.constants, small=bool(cmd.get("small")))
+        found = file_facts(self.reference, syntax.dims, syntax.constants, small=cmd.small)
         self._done()
-        return {"kind": "facts", "facts": found.model_dump()}
+        return FactsReply(facts=found.model_dump())
 
-    def runs(self, cmd: dict) -> dict:
+    def runs(self, cmd: protocol.RunsRequest) -> RunsReply:
         """The reference once per shape, timed, each failure in one line with the file's line."""
-        dtype = getattr(torch, cmd.get("dtype", "float32"))
+        dtype = getattr(torch, cmd.dtype)
         calls = []
-        for shape in cmd["shapes"]:
-            calls.append(run_reference(self.reference, {k: int(v) for k, v in shape.items()}, self.device, dtype))
+        for shape in cmd.shapes:
+            calls.append(run_reference(self.reference, dict(shape), self.device, dtype))
             self._done()
-        return {"kind": "runs", "calls": [c.model_dump() for c in calls]}
+        return RunsReply(calls=[c.model_dump() for c in calls])
 
     def serve(self, stream, reply) -> None:
+        """The judge's requests, a line each (a line that is not one of the protocol's ends the process:
+        the judge sent it, and reads the death)."""
         handlers = {"spec": self.spec, "min_bytes": self.min_bytes, "reference": self.reference_of,
                     "baseline_names": self.baseline_names, "baselines": self.baselines, "facts": self.facts,
                     "runs": self.runs}
         for line in stream:
-            cmd = json.loads(line)
-            if cmd.get("op") == "exit":
+            cmd = protocol.read_request(line, protocol.ProblemRequests)
+            if cmd.op == "exit":
                 return
-            handler = handlers.get(cmd.get("op"))
-            if handler is None:
-                reply({"kind": "error", "error": f"unknown op {cmd.get('op')!r}"})
-                continue
             try:
-                reply(handler(cmd))
+                reply(handlers[cmd.op](cmd))
             except Exception as exc:
                 reply(failure(self.reference.name, exc))
 
 
-def failure(name: str, exc: BaseException) -> dict:
+def failure(name: str, exc: BaseException) -> ProblemErrorReply | ErrorReply:
     """The reply for an exception: the problem's own error (its code raised it, or the file broke a rule
     of the format) in one line with the file's line, or the process's."""
     detail = traceback.format_exc(limit=8)[-6000:]
     if is_problems_fault(name, exc):
-        return {"kind": "problem_error", "error": problem_error(name, exc), "line": problem_line(name, exc),
-                "detail": detail}
-    return {"kind": "error", "error": detail}
+        return ProblemErrorReply(error=problem_error(name, exc), line=problem_line(name, exc), detail=detail)
+    return ErrorReply(error=detail)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,19 +166,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reply-fd", type=int, required=True)
     args = ap.parse_args(argv)
     dumpable_off = confinement.make_non_dumpable()
-    channel = os.fdopen(args.reply_fd, "w", buffering=1)
+    channel = os.fdopen(args.reply_fd, "wb")
     line = sys.stdin.readline()
     if not line.strip():
         return 0
-    assignment = json.loads(line)
-    nonce = assignment.get("nonce", "")
-    a = argparse.Namespace(**{**ASSIGNMENT_DEFAULTS, **{k: v for k, v in assignment.items() if k != "nonce"}})
-    if not (a.problem_file and a.problem_name and a.device):
-        print("problem_process: an assignment names the problem file, its name and the device", file=sys.stderr)
+    try:
+        a = protocol.read_request(line, protocol.ProblemAssignment)
+    except protocol.ValidationError as exc:
+        print(f"problem_process: a bad assignment: {protocol.first_error(exc)}", file=sys.stderr)
         return 2
 
-    def reply(obj: dict) -> None:
-        channel.write(json.dumps({**obj, "nonce": nonce}) + "\n")
+    def reply(message: protocol.Message) -> None:
+        channel.write(protocol.encode_reply(message, a.nonce))
         channel.flush()
 
     with open(a.problem_file) as f:
@@ -194,17 +187,17 @@ def main(argv: list[str] | None = None) -> int:
         _vector_isa_probe_in_process()
     facts = sandbox_fences.put_up(
         a.device, writable=_paths(a.writable), readable=_paths(a.readable), toolchain=a.toolchain,
-        netns=bool(a.netns), landlock=bool(a.landlock), landlock_reads=bool(a.landlock_reads),
-        landlock_exec=bool(a.landlock_exec), seccomp=bool(a.seccomp), drop_capabilities=bool(a.drop_capabilities))
+        netns=a.netns, landlock=a.landlock, landlock_reads=a.landlock_reads, landlock_exec=a.landlock_exec,
+        seccomp=a.seccomp, drop_capabilities=a.drop_capabilities)
     facts["non_dumpable"] = dumpable_off
-    reply({"kind": "fenced", "fences": facts})
+    reply(FencedReply(fences=facts))
     try:  # the file's own code runs from here on
         reference = FileReference(a.problem_name, source)
-        reference.param_seed = int(a.param_seed)
+        reference.param_seed = a.param_seed
     except Exception as exc:
         reply(failure(a.problem_name, exc))
         return 0
-    reply({"kind": "ready"})
+    reply(ProblemReadyReply())
     ProblemServer(reference, a.device, source).serve(sys.stdin, reply)
     return 0
 

@@ -444,19 +444,22 @@ def candidate_builtins(on_import):
 
 def harness_objects(harness_module) -> list:
     """The modules and classes whose attributes the harness relies on after the seal: the timer, the
-    monitor's machinery, Triton's launch path, torch's tensor and event classes, the builtins."""
+    monitor's machinery, Triton's launch path, torch's tensor and event classes, the builtins, and the
+    protocol's messages (with pydantic's model classes) that carry the record and the replies."""
     import builtins
     import time as time_module
 
+    import pydantic
     import torch
     import triton
     import triton.runtime.autotuner as autotuner
     import triton.runtime.jit as jit
     from torch.utils import _python_dispatch
 
-    from kernels.evaluator import timing
+    from kernels.evaluator import protocol, timing
     objects = [builtins, time_module, os, json, threading, torch, torch.cuda, torch.serialization, _python_dispatch,
-               triton, jit, autotuner, timing, sys.modules[__name__], harness_module,
+               triton, jit, autotuner, timing, protocol, pydantic.BaseModel, pydantic.RootModel, sys.modules[__name__],
+               harness_module,
                jit.JITFunction, jit.KernelInterface, autotuner.Autotuner, autotuner.Heuristics, torch.Tensor,
                torch.nn.Module, torch.nn.Parameter, _python_dispatch.TorchDispatchMode, threading.Thread, Integrity]
     objects += [c for c in torch.cuda.Event.__mro__ + torch.cuda.Stream.__mro__ if c is not object]
@@ -466,7 +469,8 @@ def harness_objects(harness_module) -> list:
     runtime = sys.modules.get("kernels.problems.kernelbench_runtime")
     if runtime is not None:
         objects += [runtime, runtime.CandidateModel, runtime.FileReference]
-    objects += [v for v in vars(harness_module).values() if isinstance(v, type) and v.__module__ == harness_module.__name__]
+    for module in (harness_module, protocol):
+        objects += [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__]
     return list({id(o): o for o in objects}.values())
 
 
@@ -504,6 +508,9 @@ _CACHED = frozenset({"__slotnames__"})  # what copyreg caches on a class the fir
 
 
 def _volatile(name: str, value) -> bool:
-    """Module state that changes by itself: counters, flags, caches (plain data, not code)."""
+    """Module state that changes by itself: counters, flags, caches (plain data, not code). A pydantic
+    model's validator and serializer (`__pydantic_*__`) are its code, though objects."""
+    if name.startswith("__pydantic_"):
+        return False
     return not isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
                                   types.ModuleType, staticmethod, classmethod, property, frozenset))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -96,6 +97,12 @@ def test_the_front_door_is_torch_free():
         module = name if name.startswith("kernels.") else f"kernels.evaluator.{name}"
         heavy = _closure(module) & HEAVY
         assert not heavy, f"importing {module} imports {sorted(heavy)}"
+
+
+def test_the_protocol_imports_pydantic_and_the_standard_library_only():
+    """The one module the judge and the sandboxes share about what they say: nothing of the evaluator's."""
+    imported = _imports(EVALUATOR / "protocol.py", top_level_only=False)
+    assert imported <= set(sys.stdlib_module_names) | {"pydantic"}, sorted(imported)
 
 
 def test_the_sandboxes_import_neither_the_judge_nor_the_front_door():

@@ -228,6 +228,24 @@ def test_integrity_sees_a_replaced_method_and_a_shadowing_one():
     assert integrity.changes() == []
 
 
+def test_integrity_covers_the_protocols_messages():
+    """The record goes out through the protocol's models: their serializers are code the seal keeps, and
+    using them (validating, writing, reading) changes nothing it keeps."""
+    from kernels.evaluator import candidate_process, protocol
+    integrity = seal.Integrity(seal.harness_objects(candidate_process))
+    line = protocol.encode_reply(protocol.OpRecord(name="aten.mm"), "0" * 32)
+    protocol.read_reply(line.rstrip(), "0" * 32, protocol.CandidateReplies)
+    protocol.read_request(protocol.encode_request(protocol.PingRequest()), protocol.CandidateRequests)
+    assert integrity.changes() == []
+    original = protocol.OpRecord.__pydantic_serializer__
+    protocol.OpRecord.__pydantic_serializer__ = protocol.ProbeRecord.__pydantic_serializer__  # ops written as probes
+    try:
+        assert "kernels.evaluator.protocol.OpRecord.__pydantic_serializer__" in integrity.changes()
+    finally:
+        protocol.OpRecord.__pydantic_serializer__ = original
+    assert integrity.changes() == []
+
+
 def test_the_batch_digest_and_the_perturbation_are_the_same_wherever_computed():
     outs = [torch.randn(3, 5, 7).half() for _ in range(4)]
     w = timing.digest_weights(64, 123457, 99, "cpu")
@@ -262,11 +280,15 @@ def _judge():
 
 def test_the_judge_reads_the_record_and_tells_one_that_stopped():
     from kernels.evaluator.judge import Outcome, read_record
+    from kernels.evaluator.protocol import CandidateReplies
     judge = _judge()
     launch = {"kind": "rec", "what": "launch", "name": "candidate._mla", "own": True, "side": False, "odd": []}
     whole = [{"kind": "rec", "what": "begin", "call": 7}, launch, {"kind": "rec", "what": "probe"},
              {"kind": "rec", "what": "end", "call": 7, "problems": []}]
-    calls, outside = read_record(whole)
+
+    def read(lines):  # the lines as the judge's parser types them
+        return read_record([CandidateReplies.model_validate(line).root for line in lines])
+    calls, outside = read(whole)
     judge._record_checks(calls, outside, [7], "")
     assert calls[7].own == 1 and not outside.kernels
     cases = {
@@ -280,7 +302,7 @@ def test_the_judge_reads_the_record_and_tells_one_that_stopped():
                              "not defined in the candidate"),
     }
     for name, (lines, needle) in cases.items():
-        calls, outside = read_record(lines)
+        calls, outside = read(lines)
         with pytest.raises(Outcome) as caught:
             judge._record_checks(calls, outside, [7], "")
         assert needle in caught.value.reason, (name, caught.value.reason)
