@@ -11,7 +11,7 @@ from cli.args import PORT, _state_dir
 def cmd_dev(args: argparse.Namespace) -> int:
     import worker
     from reports.local import DEV_DB, DatabaseLock
-    from serving.dev_server import DevServer
+    from serving.dev_server import DevServer, PortTaken
     from workflows import names
 
     state = _state_dir(args.state_dir)
@@ -25,7 +25,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
     if not lock.try_acquire():
         print(f"marathon dev: {state / DEV_DB} is served already (on {lock.holder_address()})", file=sys.stderr)
         return 2
-    server.start()
+    try:
+        server.start()
+    except PortTaken as exc:  # a port given here that another process holds: say so in one line
+        lock.release()
+        print(f"marathon dev: {exc}", file=sys.stderr)
+        return 2
     lock.publish(server.address)
     try:
         print(f"Temporal dev server on {server.address} (state in {state / 'temporal.db'})\n"

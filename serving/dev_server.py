@@ -40,6 +40,14 @@ def free_port() -> int:
 PORT_TRIES = 5
 
 
+def _listening(ip: str, port: int) -> bool:
+    try:
+        with socket.create_connection((ip, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 class PortTaken(RuntimeError):
     """The server could not bind its port: another process holds it."""
 
@@ -104,7 +112,8 @@ class DevServer:
                     f.seek(start_at)
                     text = f.read().decode(errors="replace")
                 if "address already in use" in text:
-                    raise PortTaken(f"the Temporal dev server's port {self.port} was taken: see {self.log_path}")
+                    ports = f"{self.port}" + (f" or its Web UI's {self.ui_port}" if self.ui_port else "")
+                    raise PortTaken(f"the Temporal dev server's port {ports} was taken: see {self.log_path}")
                 raise RuntimeError(f"the Temporal dev server exited ({code}); see {self.log_path}:\n" + text[-2000:])
             if self._ready_now():
                 return self
@@ -113,7 +122,11 @@ class DevServer:
         raise RuntimeError(f"the Temporal dev server did not come up in {timeout_s:.0f} s; see {self.log_path}")
 
     def _ready_now(self) -> bool:
-        """Whether the server answers (checked on a thread of its own: callers may be inside a loop)."""
+        """Whether the server answers and its Web UI listens: the UI binds its port after the frontend
+        answers, and a UI port taken by then ends the whole server (checked on a thread of its own:
+        callers may be inside a loop)."""
+        if self.ui_port and not _listening("127.0.0.1" if self.ip in ("0.0.0.0", "::") else self.ip, self.ui_port):
+            return False
         async def probe() -> None:
             client = await Client.connect(self.address)
             await client.count_workflows()  # visibility answers: the server is up

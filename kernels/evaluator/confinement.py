@@ -7,6 +7,7 @@ door import it; the mechanisms (libc, prctl) are kernels/evaluator/isolation.py'
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -111,17 +112,41 @@ def judge_env(scratch: str | Path, project_root: str | Path, source: dict[str, s
     return env
 
 
+# What the sandboxes' own code imports from outside the standard library (kernels/evaluator/protocol.py,
+# the harness, the problem's runtime), wherever it was installed
+SANDBOX_PACKAGES = ("torch", "triton", "numpy", "pydantic", "pydantic_core", "typing_extensions", "annotated_types",
+                    "typing_inspection")
+
+
+def import_roots(packages: tuple[str, ...] = SANDBOX_PACKAGES) -> list[str]:
+    """The entries of this interpreter's path that a sandbox needs: every site-packages folder, and the
+    entry each of `packages` was found under (an offline bundle installed into a folder of its own, on
+    PYTHONPATH, is no site-packages). Nothing else of the judge's path."""
+    roots = [p for p in sys.path if p and "site-packages" in p]
+    entries = {os.path.abspath(p): p for p in sys.path if p}
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin:
+            continue
+        origin = Path(spec.origin)
+        folder = origin.parent.parent if spec.submodule_search_locations else origin.parent
+        entry = entries.get(os.path.abspath(folder))
+        if entry is not None and entry not in roots:
+            roots.append(entry)
+    return roots
+
+
 def sandbox_env(device: str, home: str | Path, token: str, project_root: str | Path, triton_cache: str,
                 source: dict[str, str] | None = None) -> dict[str, str]:
     """A sandbox's whole environment: the allowlisted variables of `source` (the judge's environment),
-    its folder as HOME and TMPDIR, the project and the interpreter's site-packages on PYTHONPATH (nothing
-    else of the judge's path), Triton's shared cache, the sandbox's token, and under Nsight Compute
+    its folder as HOME and TMPDIR, the project and the folders its imports come from on PYTHONPATH
+    (import_roots: nothing else of the judge's path), Triton's shared cache, the sandbox's token, and under Nsight Compute
     what the profiler added (profiler_env)."""
     source = dict(os.environ if source is None else source)
     env = {k: v for k, v in source.items() if k.startswith(SANDBOX_ENV_PREFIXES) and not looks_secret(k)}
     env.update({
         "HOME": str(home), "TMPDIR": str(home), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": os.pathsep.join([str(project_root)] + [p for p in sys.path if p and "site-packages" in p]),
+        "PYTHONPATH": os.pathsep.join([str(project_root)] + import_roots()),
         "TRITON_CACHE_DIR": triton_cache,
         "OMP_NUM_THREADS": source.get("OMP_NUM_THREADS", "2"),
         isolation.SANDBOX_TOKEN_VAR: token,  # marks every process of this sandbox, for the watchdog and the cleanup

@@ -57,17 +57,8 @@ def _temporal(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def test_temporal_workflow_start_against_marathon_dev(tmp_path):
-    port, ui = free_port(), free_port()
-    addr = f"127.0.0.1:{port}"
-    dev = subprocess.Popen([sys.executable, "marathon.py", "dev", "--port", str(port), "--ui-port", str(ui),
-                            "--state-dir", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+    dev, addr = _start_dev(tmp_path)  # once its worker polls
     try:
-        deadline = time.monotonic() + 120
-        line = ""
-        while "serving" not in line:  # the worker says so once it polls
-            assert time.monotonic() < deadline and dev.poll() is None, "marathon dev did not come up"
-            line = dev.stdout.readline()
         # the README's command, with a budget of one tool call to keep CI short
         started = _temporal("workflow", "start", "--address", addr, "--task-queue", "marathon",
                             "--type", "KernelOptimization", "--workflow-id", "readme-run",
@@ -97,17 +88,26 @@ def test_temporal_workflow_start_against_marathon_dev(tmp_path):
             dev.wait()
 
 
-def _start_dev(state, port: int, ui: int) -> subprocess.Popen:
-    """`marathon dev` in a process group of its own (server and workers), once its worker polls."""
-    dev = subprocess.Popen([sys.executable, "marathon.py", "dev", "--port", str(port), "--ui-port", str(ui),
-                            "--state-dir", str(state)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, start_new_session=True)
-    deadline = time.monotonic() + 120
-    line = ""
-    while "serving" not in line:
-        assert time.monotonic() < deadline and dev.poll() is None, "marathon dev did not come up"
-        line = dev.stdout.readline()
-    return dev
+def _start_dev(state) -> tuple[subprocess.Popen, str]:
+    """`marathon dev` in a process group of its own (server and workers) on fresh ports, once its worker
+    polls; its address. Ports picked here can be taken by another process before the server binds them
+    (it then exits, saying so): picked again, up to 5 times."""
+    for _ in range(5):
+        port, ui = free_port(), free_port()
+        dev = subprocess.Popen([sys.executable, "marathon.py", "dev", "--port", str(port), "--ui-port", str(ui),
+                                "--state-dir", str(state)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+        deadline = time.monotonic() + 120
+        out = line = ""
+        while "serving" not in line and dev.poll() is None:
+            assert time.monotonic() < deadline, "marathon dev did not come up"
+            line = dev.stdout.readline()
+            out += line
+        if "serving" in line:
+            return dev, f"127.0.0.1:{port}"
+        out += dev.stdout.read()
+        assert "was taken" in out, out[-3000:]
+    raise AssertionError("marathon dev found no free ports in 5 tries")
 
 
 def _descendants(pid: int) -> list[int]:
@@ -151,9 +151,7 @@ def test_run_survives_a_restart_of_server_and_workers(tmp_path):
     again on the same state directory: the run goes on from its event history and `marathon follow`
     gets its report, with every tool call once. This is how a run outlives a lost machine whose state
     directory was kept."""
-    port, ui = free_port(), free_port()
-    addr = f"127.0.0.1:{port}"
-    dev = _start_dev(tmp_path, port, ui)
+    dev, addr = _start_dev(tmp_path)
     try:
         started = subprocess.run([sys.executable, "marathon.py", "run", "--address", addr, "--problem", "mla_decode",
                                   "--device", "cpu", "--max-tool-calls", "5", "--detach", "--workflow-id", "restart-run"],
@@ -167,7 +165,7 @@ def test_run_survives_a_restart_of_server_and_workers(tmp_path):
                 break
             time.sleep(1)
         _kill_everything(dev)  # as a lost machine would: server, workers, the evaluation in flight
-        dev = _start_dev(tmp_path, port, ui)
+        dev, addr = _start_dev(tmp_path)  # the run lives in the state directory, whatever the server's address
         followed = subprocess.run([sys.executable, "marathon.py", "follow", "--address", addr,
                                    "--workflow-id", "restart-run", "--json"],
                                   cwd=ROOT, capture_output=True, text=True, timeout=400)

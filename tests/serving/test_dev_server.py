@@ -3,6 +3,7 @@ failure (the server is started again on a fresh one); a port the user gave is ne
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -32,3 +33,21 @@ def test_a_picked_port_taken_meanwhile_is_picked_again(held_port, monkeypatch, t
 def test_a_given_port_that_is_taken_fails_at_once(held_port, tmp_path):
     with pytest.raises(PortTaken, match=f"port {held_port} was taken"):
         DevServer(port=held_port, log=tmp_path / "temporal.log").start()
+
+
+def test_a_web_ui_port_that_is_taken_fails_the_start_not_the_run_later(held_port, tmp_path):
+    """The UI binds its port after the frontend answers, and a UI port taken ends the whole server: the
+    start waits for the UI too, so it fails there, saying so, rather than leaving a server that dies."""
+    with pytest.raises(PortTaken, match=f"Web UI's {held_port} was taken"):
+        DevServer(ui_port=held_port, log=tmp_path / "temporal.log").start()
+
+
+def test_marathon_dev_says_a_taken_port_in_one_line(held_port, tmp_path):
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "marathon.py", "dev", "--port", str(dev_server.free_port()), "--ui-port",
+                          str(held_port), "--state-dir", str(tmp_path)], cwd=root, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert f"Web UI's {held_port} was taken" in out.stderr

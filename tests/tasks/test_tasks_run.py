@@ -108,9 +108,7 @@ def test_a_task_run_with_a_scripted_model_beats_the_tasks_own_files(tmp_path, ta
 
 
 def test_a_task_run_survives_a_sigkill_of_marathon_dev_mid_measurement(tmp_path):
-    port, ui = free_port(), free_port()
-    addr = f"127.0.0.1:{port}"
-    dev = _start_dev(tmp_path, port, ui)
+    dev, addr = _start_dev(tmp_path)
     try:
         started = _marathon("run", "--address", addr, "--task", str(EXAMPLES / "slow_suite"), "--max-tool-calls", "5",
                             "--detach", "--workflow-id", "task-restart", timeout=120)
@@ -123,7 +121,7 @@ def test_a_task_run_survives_a_sigkill_of_marathon_dev_mid_measurement(tmp_path)
                 break
             time.sleep(0.5)
         _kill_everything(dev)
-        dev = _start_dev(tmp_path, port, ui)
+        dev, addr = _start_dev(tmp_path)  # the run lives in the state directory, whatever the server's address
         followed = _marathon("follow", "--address", addr, "--workflow-id", "task-restart", "--json", timeout=400)
         assert followed.returncode == 0, followed.stderr[-3000:]
         report = json.loads(followed.stdout)

@@ -485,3 +485,21 @@ def test_scrub_takes_out_values_not_only_names():
     assert out["reason"] == ("key [$OPENAI_API_KEY] / [$SHORT_SECRET] / [$MY_VAR] at /home/someone/x C.UTF-8 "
                              "12345678"), out
     assert out["flags"] == ["[$OPENAI_API_KEY]"] and out["shapes"][0]["note"] == "[$MY_VAR]" and out["n"] == 3
+
+
+def test_a_sandbox_finds_packages_installed_outside_site_packages(tmp_path, monkeypatch):
+    """An offline bundle installed into a folder of its own (on PYTHONPATH, no site-packages in its name)
+    holds what the sandbox imports (pydantic for the protocol): that folder is on the sandbox's path,
+    and no other entry of the judge's path that is not a site-packages folder."""
+    from kernels.evaluator.confinement import import_roots, sandbox_env
+    bundle, other = tmp_path / "bundle", tmp_path / "elsewhere"
+    (bundle / "bundled_pkg").mkdir(parents=True)
+    (bundle / "bundled_pkg" / "__init__.py").write_text("")
+    other.mkdir()
+    monkeypatch.syspath_prepend(str(other))
+    monkeypatch.syspath_prepend(str(bundle))
+    assert str(bundle) in import_roots(("bundled_pkg",)) and str(other) not in import_roots(("bundled_pkg",))
+    path = sandbox_env("cpu", tmp_path, "t", ROOT, str(tmp_path / "cache"))["PYTHONPATH"].split(os.pathsep)
+    assert str(other) not in path and str(bundle) not in path  # not one of the sandbox's packages
+    import pydantic
+    assert str(Path(pydantic.__file__).parent.parent) in path
