@@ -260,19 +260,34 @@ def digest_weights(n: int, a: int, b: int, device) -> torch.Tensor:
     return ((idx * (a % DIGEST_MODULUS) + b) % DIGEST_MODULUS).double() / DIGEST_MODULUS - 0.5
 
 
+PERTURB_PERIOD = 65521  # prime: the factors' period along an input laid flat, out of step with any row length
+
+
 def perturb_inputs(inputs: dict, a: int, b: int) -> str | None:
     """Scales the smallest floating-point input tensor, in place, by factors in [0.8, 1.0) drawn from
     (a, b): fresh values the candidate's process learns only when the judge's clock has started, so no
-    answer can have been prepared for them beforehand. Cheap (the smallest input), and the same on any
-    device (the factors are cast to the tensor's dtype, then one rounded multiply). Returns its name."""
+    answer can have been prepared for them beforehand. Every element changes; the factors repeat every
+    PERTURB_PERIOD elements, so only that many are computed and the whole costs one pass over the tensor
+    (it runs on the judge's clock: for an input of millions of elements, computing a factor per element
+    cost more than the calls timed). The same on any device: the factors are cast to the tensor's
+    dtype, then one rounded multiply each. Returns the input's name."""
     floats = sorted((v.numel(), name) for name, v in inputs.items()
                     if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel())
     if not floats:
         return None
     name = floats[0][1]
     x = inputs[name]
-    factors = 0.9 + 0.2 * digest_weights(x.numel(), a, b, x.device)
-    x.mul_(factors.to(x.dtype).view(x.shape))
+    n = x.numel()
+    period = min(n, PERTURB_PERIOD)
+    factors = (0.9 + 0.2 * digest_weights(period, a, b, x.device)).to(x.dtype)
+    flat = x.view(-1) if x.is_contiguous() else None
+    if flat is None:  # a strided input: the same factors, through a contiguous copy
+        flat = x.contiguous().view(-1)
+    whole = n // period * period
+    flat[:whole].view(-1, period).mul_(factors)
+    flat[whole:].mul_(factors[:n - whole])
+    if not x.is_contiguous():
+        x.copy_(flat.view(x.shape))
     return name
 
 

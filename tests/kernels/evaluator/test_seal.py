@@ -262,6 +262,15 @@ def test_the_batch_digest_and_the_perturbation_are_the_same_wherever_computed():
     assert torch.equal(inputs["kv"], before["kv"]) and not torch.equal(inputs["q"], before["q"])
     ratio = (inputs["q"].float() / before["q"].float()).nan_to_num(0.9)
     assert float(ratio.min()) >= 0.79 and float(ratio.max()) <= 1.0
+    # an input longer than the factors' period: every element scaled, the factors repeating along it
+    long = torch.randn(3, timing.PERTURB_PERIOD).bfloat16()
+    flat = {"x": long.clone()}
+    timing.perturb_inputs(flat, 31337, 4)
+    f = (0.9 + 0.2 * timing.digest_weights(timing.PERTURB_PERIOD, 31337, 4, "cpu")).to(torch.bfloat16)
+    assert torch.equal(flat["x"], long * f)
+    strided = {"x": long.clone().t()}  # not contiguous: the same factors by position in it laid flat
+    timing.perturb_inputs(strided, 31337, 4)
+    assert torch.equal(strided["x"], (long.t().contiguous().view(-1) * f.repeat(3)).view(long.t().shape))
     if torch.cuda.is_available():
         assert torch.equal(timing.digest_weights(64, 123457, 99, "cuda").cpu(), w)
         assert abs(timing.batch_digest([o.cuda() for o in outs], 7919, 13, w.cuda()) - d) <= 1e-9 * (abs(d) + 1)
