@@ -579,13 +579,17 @@ class RemoteFileProblem:
         """The reference output for the inputs of this seed (perturbed first by the judge's clock's factors,
         when given), on `device`."""
         path = self._file("reference")
-        reply = self._request_reply(ReferenceRequest(shape=shape, seed=seed, dtype=_dtype_name(dtype), perturb=perturb,
-                                                     output=str(path)), ReferencedReply)
-        self.last_inputs_s = reply.inputs_s
+        # the reference (float32) comes back as a file in the process's scratch folder: allowed beside its
+        # quota up to its size, so a file's own large sizes are judged; what the file's code writes stays
+        # under the quota
+        self.proc.expect(path, math.prod(self.output_spec(shape, dtype)[0]) * 4)
         try:
+            reply = self._request_reply(ReferenceRequest(shape=shape, seed=seed, dtype=_dtype_name(dtype),
+                                                         perturb=perturb, output=str(path)), ReferencedReply)
+            self.last_inputs_s = reply.inputs_s
             return _load_regular(path, device)
         finally:
-            path.unlink(missing_ok=True)
+            self.proc.release(path)
 
     def baseline_names(self) -> list[str]:
         if self._names is None:

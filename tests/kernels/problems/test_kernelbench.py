@@ -500,6 +500,40 @@ def test_outputs_the_judge_asks_for_are_allowed_beside_the_scratch_quota(tmp_pat
         proc.close()
 
 
+def test_the_reference_file_is_allowed_beside_the_problem_process_quota(tmp_path):
+    """A file problem's reference output comes back from its process as a file in that process's scratch
+    folder: the judge allows it beside the quota, up to its float32 size, while the process writes it
+    (23_Softmax's is 6 GiB, past the 4 GiB quota), and lets it go once loaded."""
+    import torch
+
+    from kernels.evaluator import judge, protocol
+    seen = {}
+
+    class Proc:
+        workdir = tmp_path
+
+        def expect(self, path, nbytes):
+            seen["expected"] = (Path(path), nbytes)
+
+        def release(self, path):
+            seen["released"] = Path(path)
+            Path(path).unlink(missing_ok=True)
+
+    problem = judge.RemoteFileProblem.__new__(judge.RemoteFileProblem)
+    problem.proc, problem._count, problem._specs = Proc(), 0, {}
+    problem.output_spec = lambda shape, dtype: ((3, 5), dtype)
+
+    def reply(request, kind):
+        assert seen["expected"] == (Path(request.output), 3 * 5 * 4)  # allowed before the process writes it
+        torch.save(torch.ones(3, 5), request.output)
+        return protocol.ReferencedReply(inputs_s=0.0, reference_s=0.0)
+
+    problem._request_reply = reply
+    out = problem.reference_for({"n": 3}, 0, torch.bfloat16, "cpu")
+    assert torch.equal(out, torch.ones(3, 5)) and seen["released"] == seen["expected"][0]
+    assert not seen["released"].exists()
+
+
 def test_timed_outputs_past_the_keep_share_are_sampled(tmp_path):
     """Where the timed calls' outputs outgrow the share the candidate's process may keep (the file's own
     sizes on a GPU), it keeps a random sample of them; the re-check picks from those and an honest
