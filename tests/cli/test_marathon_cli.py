@@ -110,6 +110,17 @@ def _start_dev(state) -> tuple[subprocess.Popen, str]:
     raise AssertionError("marathon dev found no free ports in 5 tries")
 
 
+def _stop_dev(dev: subprocess.Popen) -> None:
+    """`marathon dev` asked to stop (SIGINT to its process group), killed if it has not within 30 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(dev.pid, signal.SIGINT)
+    try:
+        dev.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(dev.pid, signal.SIGKILL)
+        dev.wait()
+
+
 def _descendants(pid: int) -> list[int]:
     found, todo = [], [pid]
     while todo:
@@ -179,10 +190,4 @@ def test_run_survives_a_restart_of_server_and_workers(tmp_path):
                                  cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert missing.returncode == 2 and "no run 'nope'" in missing.stderr
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(dev.pid, signal.SIGINT)
-        try:
-            dev.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(dev.pid, signal.SIGKILL)
-            dev.wait()
+        _stop_dev(dev)

@@ -3,11 +3,9 @@ a scripted model (`marathon run --task`), its best.patch measured again (`marath
 a run that outlives a SIGKILL of `marathon dev` mid-measurement, and the input's checks."""
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -16,12 +14,11 @@ from pathlib import Path
 import pytest
 
 from marathon_support import ROOT, load_test_module
-from serving.dev_server import free_port
 from serving.scripted_model import FakeOpenAI, completion
 from tasks import document
 from tasks.spec import load_task
 _cli = load_test_module("test_marathon_cli")
-_kill_everything, _start_dev, _status = _cli._kill_everything, _cli._start_dev, _cli._status
+_kill_everything, _start_dev, _status, _stop_dev = _cli._kill_everything, _cli._start_dev, _cli._status, _cli._stop_dev
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0, reason="task commands are fenced with namespaces (root)")]
@@ -131,13 +128,7 @@ def test_a_task_run_survives_a_sigkill_of_marathon_dev_mid_measurement(tmp_path)
         assert [len([e for e in a["evals"] if e["mode"] == "full"]) for a in report["ledger"]] == [1, 1]
         assert report["best"]["attempt"] == 1 and report["best"]["verdict"]["metric"]["gain"] > 1.0
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(dev.pid, signal.SIGINT)
-        try:
-            dev.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(dev.pid, signal.SIGKILL)
-            dev.wait()
+        _stop_dev(dev)
 
 
 def test_a_task_input_is_checked_at_the_door(tmp_path):
