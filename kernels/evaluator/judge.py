@@ -156,11 +156,15 @@ def _probe_fences(device: str) -> dict:
             env = {**os.environ, variable("sandbox_self_test"): "0", **{FENCE_SWITCHES[n]: "0" for n in off}}
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
             try:
-                subprocess.run([sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)], env=env,
-                               cwd=tmp, timeout=400, capture_output=True)
-                verdict = json.loads(out_path.read_text()) if out_path.exists() else {}
-            except (subprocess.TimeoutExpired, OSError, ValueError):
-                verdict = {}
+                done = subprocess.run([sys.executable, "-m", "kernels.evaluator.judge", str(req_path), str(out_path)],
+                                      env=env, cwd=tmp, timeout=400, capture_output=True, text=True, errors="replace")
+                # without a verdict, the judge's last line says why (it holds no secret: the probe is our own)
+                verdict = json.loads(out_path.read_text()) if out_path.exists() else {
+                    "reason": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+            except subprocess.TimeoutExpired:
+                verdict = {"reason": "timed out after 400 s"}
+            except (OSError, ValueError) as e:
+                verdict = {"reason": f"{type(e).__name__}: {e}"}
         tried.append(off)
         if verdict.get("status") == "ok":
             note = "fence self-test passed" if not off else (

@@ -458,10 +458,22 @@ def test_fence_self_test_switches_off_a_fence_that_breaks_honest_work(monkeypatc
     breaks it is switched off for that machine (and said so in the verdicts), the others stay."""
     import kernels.evaluator.judge as judge_module
 
-    def fake_run(cmd, env, cwd, timeout, capture_output):
+    def fake_run(cmd, env, cwd, timeout, **kw):
         status = "ok" if env.get("MARATHON_SANDBOX_SECCOMP") == "0" else "compile_error"
         Path(cmd[-1]).write_text(json.dumps({"status": status, "reason": "ptxas: Operation not permitted"}))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(judge_module.subprocess, "run", fake_run)
     choice = judge_module._probe_fences("cuda")
     assert choice["off"] == ["seccomp"] and "Operation not permitted" in choice["note"], choice
+
+    def no_verdict(cmd, env, cwd, timeout, **kw):
+        """A judge that dies before its verdict: the self-test names its last line, not an empty reason."""
+        if env.get("MARATHON_SANDBOX_PIDNS") == "0":
+            Path(cmd[-1]).write_text(json.dumps({"status": "ok"}))
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        return subprocess.CompletedProcess(cmd, 3, "", "Traceback ...\nRuntimeError: the problem process died at start\n")
+
+    monkeypatch.setattr(judge_module.subprocess, "run", no_verdict)
+    choice = judge_module._probe_fences("cuda")
+    assert choice["off"] == ["pid_namespace"] and "the problem process died at start" in choice["note"], choice
