@@ -89,6 +89,8 @@ class Settings(BaseModel):
                                                           "MARATHON_SANDBOX_LANDLOCK)")
     sandbox_pidns: bool = Field(True, description="a PID namespace per sandbox: whatever it starts ends "
                                                   "with it")
+    sandbox_subreaper: bool = Field(True, description="the judge adopts what its sandboxes leave behind "
+                                                      "(a detached process whose parent died) and ends it")
     sandbox_netns: bool = Field(True, description="a network namespace per sandbox: no interface but a "
                                                   "down loopback")
     sandbox_drop_capabilities: bool = Field(True, description="the judge and the sandboxes give up root's "

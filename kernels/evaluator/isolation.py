@@ -21,6 +21,9 @@ subprocess. These fences hold if someone finds a way past it:
 - `process_tree(token)` / `kill_tree(token)`: every process that carries the sandbox's token in its
   environment or descends from it, found through /proc, so that a fork bomb's survivors die too
   where no PID namespace holds them.
+- `become_subreaper()` / `end_adopted(keep)`: the judge adopts every orphan below it (a detached
+  process whose parent died, however it left its session or emptied its environment), and ends
+  those it did not start; this holds where no PID namespace can be made.
 
 Each fence reports whether it took; the judge puts the ones that did not into the verdict's flags.
 All of this is Linux-only; elsewhere every fence reports itself as unavailable."""
@@ -55,6 +58,7 @@ _ARCH = {
 }
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -487,6 +491,61 @@ def process_tree(root_pid: int, token: str, orphans: bool = True) -> list[int]:
     return sorted(found)
 
 
+def become_subreaper() -> bool:
+    """Orphans below this process are re-parented to it, not to init: whatever a sandbox starts
+    stays in this process's tree even after its parent died (Linux >= 3.4)."""
+    try:
+        return libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _stat(pid: int) -> list[bytes]:
+    """/proc/PID/stat's fields after the command name: state, ppid, pgrp, session, ..."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return stat[stat.rindex(b")") + 2:].split()
+
+
+def adopted(keep: set[int]) -> list[int]:
+    """This process's living children that it did not start as sandboxes (`keep`) and that left its
+    session: orphans a subreaper took in. Children it runs itself (nvidia-smi, a compiler) share its
+    session and are left alone."""
+    me, mine = os.getpid(), os.getsid(0)
+    out = []
+    for pid, ppid in _parents().items():
+        if ppid != me or pid in keep:
+            continue
+        try:
+            if int(_stat(pid)[3]) != mine:
+                out.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def end_adopted(keep: set[int], rounds: int = 20) -> int:
+    """Kill every adopted orphan and all below it, until none is left, and reap them (they are this
+    process's children now). Returns how many orphans were found."""
+    ended: set[int] = set()
+    for _ in range(rounds):
+        orphans = adopted(keep)
+        if not orphans:
+            break
+        for pid in orphans:
+            kill_tree(pid, "", orphans=False)
+        ended.update(orphans)
+    for pid in ended:
+        for _ in range(100):  # a process in the driver may take a moment to go
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    break
+            except ChildProcessError:
+                break
+            time.sleep(0.01)
+    return len(ended)
+
+
 def rss_bytes(pids: list[int]) -> int:
     total = 0
     for pid in pids:
@@ -498,11 +557,11 @@ def rss_bytes(pids: list[int]) -> int:
     return total
 
 
-def kill_tree(root_pid: int, token: str, rounds: int = 20) -> int:
+def kill_tree(root_pid: int, token: str, rounds: int = 20, orphans: bool = True) -> int:
     """Stop, then kill, every process of the sandbox until none is left. Returns how many died."""
     killed: set[int] = set()
     for _ in range(rounds):
-        pids = [p for p in process_tree(root_pid, token) if p != os.getpid()]
+        pids = [p for p in process_tree(root_pid, token, orphans=orphans) if p != os.getpid()]
         if not pids:
             break
         for sig in (signal.SIGSTOP, signal.SIGKILL):

@@ -176,6 +176,12 @@ def _probe_fences(device: str) -> dict:
                               + "; ".join(failures)[:300] + ")"}
 
 
+# The sandboxes' own processes this judge started and has not ended yet (what end_adopted spares), and
+# whether this judge adopts orphans (isolation.become_subreaper; MARATHON_SANDBOX_SUBREAPER=0: not).
+SANDBOX_ROOTS: set[int] = set()
+SUBREAPER = False
+
+
 class CandidateProcess:
     """The candidate's process, its command pipe, its reply channel and its wall-clock budget. While
     the judge waits for a reply it watches the process tree: too many processes, too much memory or
@@ -216,6 +222,7 @@ class CandidateProcess:
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.workdir,
             env=self.environment(), pass_fds=(write_fd,), start_new_session=True,
             preexec_fn=_limits(device))
+        SANDBOX_ROOTS.add(self.proc.pid)
         os.close(write_fd)
         self.replies = os.fdopen(read_fd, "rb")
         self.buffer = b""
@@ -414,6 +421,9 @@ class CandidateProcess:
                 pass
         isolation.kill_tree(self.proc.pid, self.token)  # children that left the group (setsid) too
         self.proc.wait()
+        SANDBOX_ROOTS.discard(self.proc.pid)
+        if SUBREAPER:  # orphans that left both (setsid, then their parent died) came to this judge
+            isolation.end_adopted(SANDBOX_ROOTS)
 
     def close(self) -> None:
         if self.proc.poll() is None and self.assigned:
@@ -848,6 +858,7 @@ class Judge:
             versions={"torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version()},
             timing_meaningful=cuda, source_sha256=source_sha256(req.source))
         self.verdict.sandbox["judge_capabilities"] = judge_capabilities()
+        self.verdict.sandbox["judge_subreaper"] = SUBREAPER
 
     @staticmethod
     def _device(wanted: str) -> str:
@@ -1706,6 +1717,8 @@ def main(argv: list[str]) -> int:
     exit_on_bad_settings("marathon-judge")
     if isolation.capability_sets().get("CapEff", 0) and fence_on("capabilities"):
         isolation.drop_capabilities(keep=JUDGE_CAPABILITIES, no_new_privs=False)
+    global SUBREAPER
+    SUBREAPER = settings().sandbox_subreaper and isolation.become_subreaper()
     if argv[:1] == [CHECK_PROBLEM]:
         return _check_problem_main(argv[1:])
     prestarted, scratch = None, None

@@ -355,25 +355,28 @@ def check_nothing_escaped(setup: dict, verdict: Verdict, log: str, report: dict,
     while running_with(values["MARKER"]) and time.monotonic() < deadline:
         time.sleep(0.2)
     left = running_with(values["MARKER"])
-    if survivors:  # the control without a PID namespace: the orphan is still there (the fixture ends it)
+    if survivors:  # the control without a PID namespace or a subreaper: the orphan is still there (the fixture ends it)
         assert left, "the control's orphan did not outlive the evaluation: the test proves nothing"
     else:
         assert not left, "a process the hostile code started outlived the evaluation"
     assert not files_holding([setup["tmp"], FENCES], canary.encode())
 
 
-@pytest.mark.parametrize("setting", ["all-fences", "no-pid-namespace-control"])
+@pytest.mark.parametrize("setting", ["all-fences", "no-pid-namespace", "no-pid-namespace-nor-subreaper-control"])
 def test_a_hostile_problem_file_reaches_nothing(escape_setup, setting):
     """The problem file's own code, past nothing but the fences (a problem file has no static
     policy): it finds no key, reads and writes nothing outside its scratch, reaches no listener, starts
     no shell, and the compiler it may start, orphaned outside the sandbox's process tree, ends with
-    the evaluation (its PID namespace: the control without one shows the orphan would outlive it).
+    the evaluation: its PID namespace holds it, and where none can be made (as on a GPU host whose
+    driver refuses one) the judge adopts the orphan as its subreaper and ends it; the control with
+    neither shows the orphan would outlive the evaluation.
     Its error reaches the verdict with the worker's environment values scrubbed (the value written
     into the file stands there by its variable's name), and the verdict says the problem file, not
     the candidate, failed."""
     setup = escape_setup
     values = setup["values"]
-    control = setting != "all-fences"
+    control = setting.endswith("control")
+    no_pidns = setting != "all-fences"
     source = hostile_source("problem_escape", values)
     probe = (ROOT / "kernels" / "evaluator" / "fence_probe" / "candidate.py").read_text()
     req = EvalRequest(problem="escape", problem_source=source, source=probe, kernel="confinement-test", device="cpu",
@@ -381,7 +384,8 @@ def test_a_hostile_problem_file_reaches_nothing(escape_setup, setting):
     verdict, log = run_worker_on(setup["tmp"], req, {
         "MARATHON_TEST_SECRET": setup["canary"], "OPENAI_API_KEY": setup["canary"],
         "MARATHON_TEST_ECHO": values["ECHO"], "HOME": str(setup["dirs"]["home"]), "TMPDIR": str(setup["dirs"]["tmp"]),
-        **({"MARATHON_SANDBOX_PIDNS": "0"} if control else {})})
+        **({"MARATHON_SANDBOX_PIDNS": "0"} if no_pidns else {}),
+        **({"MARATHON_SANDBOX_SUBREAPER": "0"} if control else {})})
     assert verdict.status == "crashed" and "the problem file raised" in verdict.reason, verdict.reason[-3000:]
     assert "the candidate was not judged" in verdict.reason
     report = report_of(verdict.reason)
@@ -391,10 +395,11 @@ def test_a_hostile_problem_file_reaches_nothing(escape_setup, setting):
     assert values["ECHO"] not in verdict.model_dump_json() and "[$MARATHON_TEST_ECHO]" in verdict.reason
     sandbox = verdict.sandbox
     for fence in ("netns", "landlock", "landlock_reads", "landlock_exec", "seccomp", "capabilities_dropped",
-                  "non_dumpable") + (() if control else ("pid_namespace",)):
+                  "non_dumpable") + (() if no_pidns else ("pid_namespace",)):
         assert sandbox.get(f"problem_{fence}"), (fence, sandbox)
-    if control:
+    if no_pidns:
         assert "pid_namespace (problem file)" in sandbox["missing"], sandbox
+    assert sandbox["judge_subreaper"] is (not control), sandbox
     assert sandbox["problem_processes"].startswith("torch-compile toolchain only"), sandbox
     assert sandbox["judge_capabilities"] in ("SYS_ADMIN, SETPCAP", "SETPCAP, SYS_ADMIN", "none"), sandbox
 
