@@ -56,6 +56,7 @@
 #                  at its own size, 4096 x 393216, judged with bench/candidates/softmax_rows_kernel.py against
 #                  eager and torch.compile
 #   confinement    bench/gpu_confinement.py: fences up, a foreign process on the GPU, hostile candidates and problem files
+#   pidns          bench/pid_namespace_cuda.py: CUDA and Triton inside the sandbox's PID namespace, step by step
 #   mla-regimes    MLA tuned at B in $MLA_BATCHES (default 1 4 32) x H in 16 64 128 x S in 1024 8192 65536,
 #                  one `marathon eval` per B against torch and torch.compile, each a result record
 #   mla-plans      bench/mla_decode.py plans: launch-plan variants of the tuned kernel on every regime shape
@@ -69,7 +70,7 @@
 case ${1:-} in -h|--help|"") sed -n '2,/^case /p' "$0" | sed '$d' | cut -c3-; exit 0 ;; esac
 out=${1:?output dir}; shift
 for step in "$@"; do  # refuse a misspelt name before any GPU time is spent
-  case " integrity lowp mla tuner-kda tuner-mla-all tuner-kda-all kda-shapes kda-sweep kda-scan-nt1 kda-partial mla-sweep kda-long tuner-kda-start tuner-kda-resume kda-scan-speed mla-tune mla-breakdown mla-streams ncu-source-mla examples kernelbench-softmax confinement mla-regimes mla-plans mla-pick mla-width tuner-mla-state kda-pick-shapes kda-forms ncu-fences ncu-source peaks ncu throughput " in *" $step "*) ;; *) echo "unknown measurement: $step (--help lists them)" >&2; exit 2 ;; esac
+  case " integrity lowp mla tuner-kda tuner-mla-all tuner-kda-all kda-shapes kda-sweep kda-scan-nt1 kda-partial mla-sweep kda-long tuner-kda-start tuner-kda-resume kda-scan-speed mla-tune mla-breakdown mla-streams ncu-source-mla examples kernelbench-softmax confinement pidns mla-regimes mla-plans mla-pick mla-width tuner-mla-state kda-pick-shapes kda-forms ncu-fences ncu-source peaks ncu throughput " in *" $step "*) ;; *) echo "unknown measurement: $step (--help lists them)" >&2; exit 2 ;; esac
 done
 if [ -n "${MARATHON_GPU_SETUP:-}" ]; then eval "$MARATHON_GPU_SETUP" || exit 1; fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -151,6 +152,11 @@ for step in "$@"; do
       python3 bench/record_verdict.py "$out/kernelbench_softmax.verdict.json" --command "$cmd" \
         --measurement "KernelBench level1 23_Softmax.py, untouched, at its own size (4096 x 393216, float32) with an honest Triton candidate against eager and torch.compile" \
         --out "$out/kernelbench_softmax.json" ;;
+    pidns)
+      timeout 540 python3 bench/pid_namespace_cuda.py --out "$out/pid_namespace_cuda.figures.json"; echo "exit $?"
+      python3 bench/record_verdict.py "$out/pid_namespace_cuda.figures.json" --figures \
+        --measurement "CUDA and a Triton kernel in a bare process, in the sandbox's PID namespace with and without its mount namespace, and the fence probe judged with the PID namespace alone and with every fence" \
+        --command "python3 bench/pid_namespace_cuda.py" --out "$out/pid_namespace_cuda.json" ;;
     confinement)
       timeout 540 python3 bench/gpu_confinement.py --out "$out/gpu_confinement.figures.json"; echo "exit $?"
       python3 bench/record_verdict.py "$out/gpu_confinement.figures.json" --figures \
