@@ -38,7 +38,7 @@ from kernels.evaluator.fence_drills import (DENIED, FENCES, Listeners, escape_va
 ROOT = Path(__file__).resolve().parent.parent
 
 HOG = "import torch, time\nx = torch.ones(1 << 20, device='cuda')\nprint('ready', flush=True)\ntime.sleep(600)\n"
-FENCE_FACTS = ("pid_namespace", "netns", "landlock", "landlock_reads", "landlock_exec", "seccomp",
+FENCE_FACTS = ("pid_namespace", "own_proc", "netns", "landlock", "landlock_reads", "landlock_exec", "seccomp",
                "capabilities_dropped", "non_dumpable")
 
 

@@ -7,8 +7,9 @@ Each step runs a small child program (its process id, /dev/shm, a CUDA tensor, a
 keeps its exit code and the last lines of its output:
 1. `bare`: the child as it is (the control: CUDA works on this host).
 2. `pid and mount namespace`: through kernels.evaluator.contained, as the judge starts a sandbox
-   (PID 1 of a PID namespace, a mount namespace with a private /dev/shm), no other fence.
-3. `pid namespace only`: a PID namespace without the mount namespace (the host's /dev/shm).
+   (PID 1 of a PID namespace, a mount namespace with a /dev/shm and a /proc of its own), no other fence.
+3. `pid namespace only`: a PID namespace without the mount namespace (the host's /dev/shm and /proc,
+   where getpid() names the host's init).
 4. `judge, pid namespace alone` and `judge, every fence`: the fence self-test's own evaluation (its
    probe problem and kernel) with that set of fences, the self-test skipped; its verdict or, with
    none, the judge's last lines."""
@@ -26,7 +27,8 @@ from kernels.evaluator.judge import fence_probe_request
 from kernels.settings import FENCE_SWITCHES
 
 CHILD = """import os
-print("pid", os.getpid(), "dev/shm entries", len(os.listdir("/dev/shm")), flush=True)
+print("pid", os.getpid(), "dev/shm entries", len(os.listdir("/dev/shm")),
+      "/proc pids", sum(name.isdigit() for name in os.listdir("/proc")), flush=True)
 import torch
 x = torch.ones(1000, device="cuda")
 print("torch ok", float(x.sum()), flush=True)

@@ -166,6 +166,7 @@ def put_up(device: str, *, writable: list[str], readable: list[str], toolchain: 
     programs = toolchain_programs(toolchain) if toolchain != "none" else []
     facts["pid_namespace"] = isolation.PID_NAMESPACE or False
     facts["private_dev_shm"] = isolation.PRIVATE_DEV_SHM
+    facts["own_proc"] = isolation.OWN_PROC
     if netns:
         facts["netns"] = isolation.unshare_network()
     if landlock:

@@ -79,22 +79,30 @@ def unshare_network() -> bool:
 # --- a PID namespace per sandbox ------------------------------------------------------------------
 PID_NAMESPACE = ""  # how this process came to be PID 1 of its own namespace ("" where it did not)
 PRIVATE_DEV_SHM = False  # whether /dev/shm is a small tmpfs of its own (its mount namespace's)
+OWN_PROC = False  # whether /proc is the namespace's own (its processes only; /proc/1 is itself)
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
 DEV_SHM_SIZE = "64m"
 
 
-def _private_dev_shm() -> bool:
-    """In a mount namespace of our own: /dev/shm becomes a small tmpfs that no other process sees
-    (CUDA's driver keeps shared memory there; the host's would be readable, and every sandbox is
-    PID 1, so files named by pid would collide), freed when the namespace ends."""
+def _private_mounts() -> tuple[bool, bool]:
+    """In a mount namespace of our own (made with the PID namespace), as its PID 1: (1) /dev/shm
+    becomes a small tmpfs that no other process sees (CUDA's driver keeps shared memory there; the
+    host's would be readable, and every sandbox is PID 1, so files named by pid would collide), freed
+    when the namespace ends; (2) /proc becomes the namespace's own. With the host's /proc, getpid() (1)
+    names the host's init there: CUDA's driver, which looks itself up under /proc/<getpid()>, fails;
+    with its own, /proc/1 is this process and no other process of the host can be seen at all.
+    Returns whether each took."""
     lc = libc()
     lc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     if lc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        return False
-    if not os.path.isdir("/dev/shm"):
-        return False
-    return lc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                    f"size={DEV_SHM_SIZE},mode=1777".encode()) == 0
+        return False, False  # nothing below may be mounted: it would show outside the namespace
+    shm = os.path.isdir("/dev/shm") and lc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                                                 f"size={DEV_SHM_SIZE},mode=1777".encode()) == 0
+    proc = os.path.isdir("/proc") and lc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                                               None) == 0
+    return shm, proc
+
+
 def _own_user_namespace() -> bool:
     """A user namespace of our own, our uid and gid mapped to themselves: inside it this process
     holds the capabilities that unsharing PID and network namespaces needs, and nothing outside it.
@@ -125,16 +133,21 @@ def enter_pid_namespace() -> str:
     same signal), so its parent sees the sandbox's own exit. The keeper dies with its parent and the
     child with the keeper (parent-death signals), so the whole namespace goes with the judge.
 
-    With a mount namespace too (where it can be made), the child gets a /dev/shm of its own.
+    With a mount namespace too (where it can be made), the child gets a /dev/shm and a /proc of its own.
 
     Returns how the namespace was made ("root", or "user namespace" without root) in the child, or ""
     in this process when no namespace could be made (then nothing forks)."""
     lc = libc()
-    how = ""
-    if lc.unshare(CLONE_NEWPID | CLONE_NEWNS) == 0 or lc.unshare(CLONE_NEWPID) == 0:
-        how = "root"
-    elif _own_user_namespace() and (lc.unshare(CLONE_NEWPID | CLONE_NEWNS) == 0 or lc.unshare(CLONE_NEWPID) == 0):
-        how = "user namespace"
+    how, mounts = "", False
+    for who in ("root", "user namespace"):
+        if who == "user namespace" and not _own_user_namespace():
+            break
+        if lc.unshare(CLONE_NEWPID | CLONE_NEWNS) == 0:
+            how, mounts = who, True
+        elif lc.unshare(CLONE_NEWPID) == 0:
+            how = who
+        if how:
+            break
     if not how:
         return ""
     sys.stdout.flush()
@@ -142,9 +155,10 @@ def enter_pid_namespace() -> str:
     pid = os.fork()  # Python's fork: the child runs Python on; no thread exists yet
     if pid == 0:
         set_parent_death_signal(signal.SIGKILL)
-        global PID_NAMESPACE, PRIVATE_DEV_SHM
+        global PID_NAMESPACE, PRIVATE_DEV_SHM, OWN_PROC
         PID_NAMESPACE = how
-        PRIVATE_DEV_SHM = _private_dev_shm()
+        if mounts:  # never without a mount namespace of its own: the host's mounts would change
+            PRIVATE_DEV_SHM, OWN_PROC = _private_mounts()
         return how
     _keep(pid)
     return ""  # not reached: the keeper exits

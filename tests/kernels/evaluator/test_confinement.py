@@ -395,7 +395,7 @@ def test_a_hostile_problem_file_reaches_nothing(escape_setup, setting):
     assert values["ECHO"] not in verdict.model_dump_json() and "[$MARATHON_TEST_ECHO]" in verdict.reason
     sandbox = verdict.sandbox
     for fence in ("netns", "landlock", "landlock_reads", "landlock_exec", "seccomp", "capabilities_dropped",
-                  "non_dumpable") + (() if no_pidns else ("pid_namespace",)):
+                  "non_dumpable") + (() if no_pidns else ("pid_namespace", "own_proc", "private_dev_shm")):
         assert sandbox.get(f"problem_{fence}"), (fence, sandbox)
     if no_pidns:
         assert "pid_namespace (problem file)" in sandbox["missing"], sandbox
@@ -423,6 +423,7 @@ def test_a_candidate_past_the_policy_reads_and_starts_nothing(escape_setup):
     for name in ("detached compiler", "collect_env shell"):
         assert report[name].startswith("denied"), (name, report[name])
     assert verdict.sandbox.get("processes") == "none" and verdict.sandbox.get("pid_namespace"), verdict.sandbox
+    assert verdict.sandbox.get("own_proc") and verdict.sandbox.get("private_dev_shm"), verdict.sandbox
 
 
 TOOLCHAIN_PROBE = """
