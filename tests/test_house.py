@@ -1,10 +1,14 @@
 """The house's rules that a grep can check: benchmarks and tests import the package as a user would
-(no edits of the import path), and nothing in the tree speaks of where it was built."""
+(no edits of the import path), nothing in the tree speaks of where it was built, the workflow stays in
+short layers and neither it nor the evaluator imports in a circle."""
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,3 +47,53 @@ def test_tests_mirror_the_source_folders():
         if folder == Path(".") or not any((ROOT / folder).glob("*.py")):
             misplaced.append(str(p.relative_to(ROOT)))
     assert misplaced == []
+
+
+def test_workflow_files_stay_short():
+    """The workflow in layers: no file in workflows/ over 400 lines."""
+    long = {str(p.relative_to(ROOT)): n for p in tracked("workflows/*.py")
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
+
+
+def _imports(package: str) -> dict[str, set[str]]:
+    """Each module of `package` (a folder) and the modules of the same folder it imports, at any depth
+    of its code (a function's import counts: it is a dependency all the same)."""
+    modules = {}
+    for p in tracked(f"{package}/*.py"):
+        name = ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = p
+    graph = {}
+    for name, p in modules.items():
+        try:
+            tree = ast.parse(p.read_text())
+        except SyntaxError:  # a template (the hostile drills' sources), not a module
+            continue
+        named = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                named.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                named.add(node.module)
+                named.update(f"{node.module}.{alias.name}" for alias in node.names)
+        graph[name] = {m for m in named if m in modules and m != name}
+    return graph
+
+
+@pytest.mark.parametrize("package", ["workflows", "kernels/evaluator"])
+def test_no_import_circle(package):
+    graph = _imports(package)
+    assert graph, package
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            raise AssertionError("import circle: " + " -> ".join(path[path.index(module):] + [module]))
+        if module in done:
+            return
+        for dep in sorted(graph.get(module, ())):
+            visit(dep, path + [module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
