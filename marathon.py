@@ -3,6 +3,7 @@ Each sub-command lives in cli/; this file puts the parser together and dispatche
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from cli import dev, problem, report, run, schedule, suite
@@ -29,9 +30,22 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
+def json_only_stdout() -> None:
+    """With --json, stdout carries the JSON and nothing else: whatever native code (Temporal's core logs
+    a slow or failed workflow task to file descriptor 1) or a child process writes to descriptor 1 goes
+    to stderr; Python's own sys.stdout keeps the original stdout for the JSON."""
+    sys.stdout.flush()
+    original = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = open(original, "w", encoding="utf-8", closefd=True)
+
+
+def main(argv: list[str] | None = None, process: bool = False) -> int:
+    """`process`: this is the command's own process (cli()), whose file descriptors it may rearrange."""
     args = build_parser().parse_args(argv)
     exit_on_bad_settings("marathon")
+    if process and getattr(args, "json", False):
+        json_only_stdout()
     return args.func(args)
 
 
@@ -40,9 +54,8 @@ def cli() -> None:
     Temporal client was used, the SDK's core threads can abort an exiting interpreter ("Fatal Python
     error: PyGILState_Release", seen with temporalio 1.35 in `marathon follow`) once the report is
     already printed, turning success into exit status 134."""
-    import os
     try:
-        code = main()
+        code = main(process=True)
     except SystemExit as exc:  # argparse errors and --help
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
         if exc.code is not None and not isinstance(exc.code, int):

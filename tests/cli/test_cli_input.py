@@ -1,6 +1,6 @@
 """The CLI at its edges: a bad number is one line and exit 2 before anything starts; an unreachable
 server is one line and exit 2; `marathon follow` waits for a server that is restarting, saying so,
-and gives up after --server-wait."""
+and gives up after --server-wait; with --json, stdout holds the JSON alone."""
 from __future__ import annotations
 
 import asyncio
@@ -162,3 +162,39 @@ async def _start(address: str, wf: str) -> None:
 async def _terminate(address: str, wf: str) -> None:
     client = await worker.connect(address)
     await client.get_workflow_handle(wf).terminate("test over")
+
+
+# A command whose work writes to file descriptor 1 from below Python (as Temporal's core does when it logs
+# a slow workflow task), starts a child that prints, and then prints its JSON.
+NOISY_COMMAND = """
+import argparse, json, os, subprocess, sys
+import marathon
+
+def work(args):
+    os.write(1, b"a native log line\\n")
+    subprocess.run(["echo", "a child's line"], check=True)
+    print(json.dumps({"json": args.json}))
+    return 0
+
+def parser():
+    ap = argparse.ArgumentParser(prog="marathon")
+    ap.add_argument("--json", action="store_true")
+    ap.set_defaults(func=work)
+    return ap
+
+marathon.build_parser = parser
+sys.argv = ["marathon", *sys.argv[1:]]
+marathon.cli()
+"""
+
+
+@pytest.mark.parametrize("json_flag", [True, False], ids=["json", "table-control"])
+def test_json_output_is_alone_on_stdout(json_flag):
+    out = subprocess.run([sys.executable, "-c", NOISY_COMMAND, *(["--json"] if json_flag else [])], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60, env=ENV)
+    assert out.returncode == 0, out.stderr[-2000:]
+    if json_flag:
+        assert out.stdout == '{"json": true}\n', out.stdout
+        assert "a native log line" in out.stderr and "a child's line" in out.stderr
+    else:  # without --json the descriptors stay as they are
+        assert "a native log line" in out.stdout and "a child's line" in out.stdout
