@@ -464,15 +464,20 @@ def _environ_has(pid: int, marker: bytes) -> bool:
         return False
 
 
+def _stat(pid: int) -> list[bytes]:
+    """/proc/PID/stat's fields after the command name: state, ppid, pgrp, session, ..."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return stat[stat.rindex(b")") + 2:].split()
+
+
 def _parents() -> dict[int, int]:
     out = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-            fields = stat[stat.rindex(b")") + 2:].split()
+            fields = _stat(int(name))
             if fields[0] != b"Z":  # a zombie is dead already; its parent reaps it
                 out[int(name)] = int(fields[1])
         except (OSError, ValueError, IndexError):
@@ -512,13 +517,6 @@ def become_subreaper() -> bool:
         return libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
-
-
-def _stat(pid: int) -> list[bytes]:
-    """/proc/PID/stat's fields after the command name: state, ppid, pgrp, session, ..."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        stat = f.read()
-    return stat[stat.rindex(b")") + 2:].split()
 
 
 def adopted(keep: set[int]) -> list[int]:
