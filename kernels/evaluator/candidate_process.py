@@ -125,20 +125,37 @@ def _odd_arg(value) -> str | None:
     return f"{type(value).__module__}.{type(value).__qualname__}"
 
 
+# Keywords a launch may take besides the kernel's own parameters: the launch settings. Any other
+# keyword is one of Triton's compile options, some of which reach past the kernel's source (ir_override
+# and extern_libs load files by path in place of or beside its code, ptx_options is ptxas's command
+# line), whether passed at the launch or in a triton.Config's dict (the autotuner passes those as keywords).
+LAUNCH_OPTIONS = frozenset({"grid", "warmup", "num_warps", "num_stages", "num_ctas", "maxnreg"})
+
+
+def _options(fn, kwargs: dict) -> list[str]:
+    """The keywords of a launch that are neither the kernel's parameters nor launch settings."""
+    params = getattr(fn, "arg_names", None)
+    params = frozenset(params) if isinstance(params, list) else frozenset()
+    return sorted(k for k in kwargs if k not in LAUNCH_OPTIONS and k not in params)
+
+
 def _wrap_run(cls, recorder: Recorder) -> None:
-    """Every launch is recorded with its stream and its argument types. The launch itself is not
-    exempt from the torch-op monitor: grid functions and pre-run hooks are the candidate's code."""
+    """Every launch is recorded with its stream, its argument types and any compile option it passes
+    (refused: see LAUNCH_OPTIONS). The launch itself is not exempt from the torch-op monitor: grid
+    functions and pre-run hooks are the candidate's code."""
     original = cls.run
 
-    def run(self, *args, _rec=recorder, _name=_kernel_name, _odd=_odd_arg, _orig=original, _launch=LaunchRecord, **kwargs):
-        if kwargs.get("warmup", False):
+    def run(self, *args, _rec=recorder, _name=_kernel_name, _odd=_odd_arg, _orig=original, _launch=LaunchRecord,
+            _opts=_options, **kwargs):
+        options = _opts(self, kwargs)
+        if kwargs.get("warmup", False) and not options:
             return _orig(self, *args, **kwargs)
         name, own = _name(self)
         odd = sorted({why for why in map(_odd, list(args) + [v for k, v in kwargs.items() if k != "grid"]) if why})
         side = (_rec.device_index is not None and _raw_stream is not None
                 and _raw_stream(_rec.device_index) != _rec.stream)
-        _rec.send(_launch(name=name, own=own, side=side, odd=odd))
-        if odd:  # refused: its methods would run inside Triton's argument binding
+        _rec.send(_launch(name=name, own=own, side=side, odd=odd, options=options))
+        if odd or options:  # refused: its methods would run inside Triton's argument binding; options reach the compiler
             return None
         if own and _rec.noop:
             return None

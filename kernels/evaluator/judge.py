@@ -705,6 +705,7 @@ class CallRecord:
     ops: Counter = field(default_factory=Counter)
     side: set[str] = field(default_factory=set)
     odd: set[str] = field(default_factory=set)
+    options: set[str] = field(default_factory=set)
     threads: int = 0
 
 
@@ -737,6 +738,8 @@ def read_record(lines: list[protocol.Record]) -> tuple[dict[int, CallRecord], Ca
                 target.side.add(line.name)
             if line.odd:
                 target.odd.add(f"{line.name} got {', '.join(line.odd)}")
+            if line.options:
+                target.options.add(f"{line.name} got {', '.join(line.options)}")
         elif isinstance(line, protocol.OpRecord):
             target.ops[line.name] += 1
         elif isinstance(line, protocol.ThreadRecord):
@@ -1224,6 +1227,11 @@ class Judge:
         if odd:
             raise Outcome("rejected", f"a kernel argument was not a plain tensor, scalar or descriptor{when} "
                           f"({'; '.join(odd)}): its methods could run the answer inside the launch")
+        options = sorted({k for c in everything for k in c.options})
+        if options:
+            raise Outcome("rejected", f"a kernel launch passed compile options{when} ({'; '.join(options)}): a launch "
+                          "takes the kernel's parameters and num_warps, num_stages, num_ctas, maxnreg; other options "
+                          "reach Triton's compiler (files loaded by path in place of the kernel, ptxas's command line)")
         if outside.kernels:
             raise Outcome("rejected", f"the candidate's kernels ran outside its calls{when} "
                           f"({', '.join(sorted(set(outside.kernels)))}): work deferred out of the clock")

@@ -345,6 +345,7 @@ class LaunchRecord(Record):
     own: bool  # defined in the candidate's module
     side: bool  # launched on a stream other than the call's
     odd: Annotated[list[Name], Field(max_length=4096)]  # arguments of types a launch may not take
+    options: Annotated[list[Name], Field(max_length=4096)] = []  # keywords that are compile options, not parameters
 
 
 class OpRecord(Record):

@@ -173,6 +173,8 @@ CASES = [
     Case("mla_autotune_hook_fallback", "rejected", "torch computed part of the answer", bypass=True),
     Case("mla_duck_typed_argument", reason="class member 'data_ptr'", **S),
     Case("mla_duck_typed_argument", "rejected", "kernel argument was not a plain tensor", bypass=True),
+    # compile options by launch keyword (a Config's dict): the interpreter ignores them, the sandbox does not
+    Case("mla_config_compile_option", "rejected", "compile options (candidate._mla_decode_one_head got ir_override)"),
     # escapes past a denylist policy: each refused by the allowlist (of syntax, names or API)
     Case("mla_match_class_pattern", reason="'match' statement", **S),
     Case("mla_format_dunder_read", reason="str.format", **S),
