@@ -637,7 +637,7 @@ def _output_problem(out, inputs, shape, dtype, device) -> str | None:
         return f"returned shape {tuple(out.shape)}; expected {shape}"
     if out.dtype != dtype:
         return f"returned dtype {out.dtype}; expected {dtype}"
-    if out.device.type != device:
+    if out.device.type != device or (device == "cuda" and out.device.index != torch.cuda.current_device()):
         return f"returned a tensor on {out.device}; expected {device}"
     own = out.untyped_storage().data_ptr()
     if any(t.untyped_storage().data_ptr() == own for t in inputs):

@@ -158,7 +158,15 @@ def sandbox_env(device: str, home: str | Path, token: str, project_root: str | P
     env.pop("TRITON_CACHE_AUTOTUNING", None)
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
+    else:  # one GPU, the judge's: work on another is not waited for by the clock's synchronisation
+        env["CUDA_VISIBLE_DEVICES"] = judge_gpu(source)
     return env
+
+
+def judge_gpu(source: dict[str, str]) -> str:
+    """The GPU the judge uses (its current device, the first it sees), as CUDA_VISIBLE_DEVICES names it."""
+    listed = source.get("CUDA_VISIBLE_DEVICES")
+    return "0" if listed is None else listed.split(",")[0].strip()
 
 
 def profiler_env(source: dict[str, str] | None = None) -> dict[str, str]:

@@ -509,3 +509,18 @@ def test_a_sandbox_finds_packages_installed_outside_site_packages(tmp_path, monk
     assert str(other) not in path and str(bundle) not in path  # not one of the sandbox's packages
     import pydantic
     assert str(Path(pydantic.__file__).parent.parent) in path
+
+
+def test_a_cuda_sandbox_sees_one_gpu_the_judges(tmp_path):
+    """The clock synchronises the judge's GPU only: a candidate that saw another could run its work there,
+    unwaited for (and take a GPU another worker times on). A CUDA sandbox sees exactly the judge's GPU."""
+    from kernels.evaluator.confinement import sandbox_env
+
+    def visible(source: dict[str, str], device: str = "cuda") -> str | None:
+        return sandbox_env(device, tmp_path, "t", ROOT, str(tmp_path / "cache"), source=source).get("CUDA_VISIBLE_DEVICES")
+
+    assert visible({}) == "0"  # the judge sees every GPU and uses the first
+    assert visible({"CUDA_VISIBLE_DEVICES": "3,5"}) == "3"
+    assert visible({"CUDA_VISIBLE_DEVICES": "GPU-1f2e, GPU-77aa"}) == "GPU-1f2e"
+    assert visible({"CUDA_VISIBLE_DEVICES": ""}) == ""  # none stays none
+    assert visible({"CUDA_VISIBLE_DEVICES": "3,5"}, device="cpu") == "3,5"  # the interpreter uses no GPU

@@ -143,6 +143,7 @@ CASES = [
     Case("mla_thread_hidden", "rejected", "import of threading", bypass=True),
     Case("mla_side_stream", reason="torch.cuda.Stream", **S),
     Case("mla_side_stream", "rejected", "on a stream other than the caller's", bypass=True, cuda=True),
+    Case("mla_other_gpu", "crashed", "invalid device ordinal", cuda=True),  # the sandbox sees the judge's GPU alone
     # tampering
     Case("mla_patch_timer", reason="patching", **S),
     Case("mla_patch_via_alias", reason="patching", **S),
