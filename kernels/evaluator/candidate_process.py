@@ -139,14 +139,80 @@ def _options(fn, kwargs: dict) -> list[str]:
     return sorted(k for k in kwargs if k not in LAUNCH_OPTIONS and k not in params)
 
 
-def _wrap_run(cls, recorder: Recorder) -> None:
+def _tensor_ranges(values, out: list) -> list:
+    """(first byte, end) of the storage of every tensor among a launch's arguments (a descriptor's base,
+    a tuple's items)."""
+    for value in values:
+        if type(value) in (torch.Tensor, torch.nn.Parameter):
+            storage = value.untyped_storage()
+            out.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+        elif TensorDescriptor is not None and type(value) is TensorDescriptor:
+            _tensor_ranges([value.base], out)
+        elif type(value) is tuple:
+            _tensor_ranges(value, out)
+    return out
+
+
+def _fence_interpreter_memory() -> list | None:
+    """On the CPU, Triton's interpreter makes a kernel's load, store or atomic a raw access at whatever
+    address its pointer arithmetic gives: any memory of this process (the harness's objects, the
+    seal's hooks), with no audit event. Each is checked first to fall inside a storage of the running
+    launch's tensor arguments. Returns the list of those ranges, which the launch wrapper keeps (empty
+    outside a launch: every access refused)."""
+    try:
+        import numpy as np
+        from triton.runtime import interpreter
+    except ImportError:  # pragma: no cover - no interpreter
+        return None
+    raw = interpreter._interpreter
+    ranges: list[tuple[int, int]] = []
+
+    def check(ptrs, mask, itemsize, _np=np, _ranges=ranges):
+        p = _np.asarray(ptrs).astype(_np.uint64, copy=False)
+        if mask is not None:
+            p = p[_np.broadcast_to(_np.asarray(mask, dtype=bool), p.shape)]
+        p = p.ravel()
+        if not p.size:
+            return
+        ok = _np.zeros(p.shape, dtype=bool)
+        for lo, hi in _ranges:
+            if hi - lo >= itemsize:
+                ok |= (p >= _np.uint64(lo)) & (p <= _np.uint64(hi - itemsize))
+        if not ok.all():
+            raise RuntimeError(f"a kernel accessed memory at {int(p[~ok][0]):#x}, outside the launch's tensor "
+                               "arguments: a kernel reads and writes only the tensors it is given")
+
+    fenced = types.SimpleNamespace(**{name: getattr(raw, name) for name in dir(raw) if not name.startswith("__")})
+
+    def load(ptrs, mask, other, dtype, _raw=raw.load, _np=np):
+        check(ptrs, mask, _np.dtype(dtype).itemsize)
+        return _raw(ptrs, mask, other, dtype)
+
+    def store(ptrs, value, mask, _raw=raw.store):
+        check(ptrs, mask, value.dtype.itemsize)
+        return _raw(ptrs, value, mask)
+
+    def atomic_cas(ptr, cmp, val, sem, _raw=raw.atomic_cas):
+        check(ptr, None, val.dtype.itemsize)
+        return _raw(ptr, cmp, val, sem)
+
+    def atomic_rmw(op, ptr, val, mask, sem, _raw=raw.atomic_rmw):
+        check(ptr, mask, val.dtype.itemsize)
+        return _raw(op, ptr, val, mask, sem)
+
+    fenced.load, fenced.store, fenced.atomic_cas, fenced.atomic_rmw = load, store, atomic_cas, atomic_rmw
+    interpreter._interpreter = fenced
+    return ranges
+
+
+def _wrap_run(cls, recorder: Recorder, ranges: list | None = None) -> None:
     """Every launch is recorded with its stream, its argument types and any compile option it passes
     (refused: see LAUNCH_OPTIONS). The launch itself is not exempt from the torch-op monitor: grid
     functions and pre-run hooks are the candidate's code."""
     original = cls.run
 
     def run(self, *args, _rec=recorder, _name=_kernel_name, _odd=_odd_arg, _orig=original, _launch=LaunchRecord,
-            _opts=_options, **kwargs):
+            _opts=_options, _ranges=ranges, **kwargs):
         options = _opts(self, kwargs)
         if kwargs.get("warmup", False) and not options:
             return _orig(self, *args, **kwargs)
@@ -159,7 +225,14 @@ def _wrap_run(cls, recorder: Recorder) -> None:
             return None
         if own and _rec.noop:
             return None
-        return _orig(self, *args, **kwargs)
+        if _ranges is None:
+            return _orig(self, *args, **kwargs)
+        outer = list(_ranges)
+        _ranges[:] = _tensor_ranges(list(args) + list(kwargs.values()), [])
+        try:
+            return _orig(self, *args, **kwargs)
+        finally:
+            _ranges[:] = outer
 
     cls.run = run
 
@@ -691,9 +764,9 @@ def main(argv: list[str] | None = None) -> int:
     recorder = Recorder(channel, stack_owner=None)
 
     _warm_up(args.device)
-    for cls in (JITFunction, InterpretedFunction):
-        if cls is not None:
-            _wrap_run(cls, recorder)
+    _wrap_run(JITFunction, recorder)
+    if InterpretedFunction is not None:
+        _wrap_run(InterpretedFunction, recorder, _fence_interpreter_memory() if args.device == "cpu" else None)
     _wrap_threads(recorder)
     fences = {}
     if args.device == "cuda":

@@ -176,6 +176,8 @@ CASES = [
     Case("mla_duck_typed_argument", "rejected", "kernel argument was not a plain tensor", bypass=True),
     # compile options by launch keyword (a Config's dict): the interpreter ignores them, the sandbox does not
     Case("mla_config_compile_option", "rejected", "compile options (candidate._mla_decode_one_head got ir_override)"),
+    # the interpreter's loads and stores are raw host memory: bounded to the launch's tensors
+    Case("mla_interpreter_raw_memory", "crashed", "outside the launch's tensor arguments"),
     # escapes past a denylist policy: each refused by the allowlist (of syntax, names or API)
     Case("mla_match_class_pattern", reason="'match' statement", **S),
     Case("mla_format_dunder_read", reason="str.format", **S),
