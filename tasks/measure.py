@@ -29,6 +29,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
+from kernels.evaluator.confinement import scrub
 from kernels.evaluator.verdict import MetricResult, Verdict
 from tasks import document as doc
 from tasks.fence import CommandResult, run_fenced
@@ -174,7 +175,17 @@ def _guard_count(expect: str, output: str) -> tuple[bool, float | None]:
 def measure(bundle: TaskBundle, document: str | None, cache_root: Path, *, mode: Mode = "full",
             repeat: int | None = None, heartbeat=None, kernel: str = "candidate") -> Verdict:
     """A candidate (its text; None: the task's own files) against the task's own files: a Verdict
-    whose `metric` holds the figures. A broken task raises TaskBroken; a bad candidate is a verdict."""
+    whose `metric` holds the figures. A broken task raises TaskBroken; a bad candidate is a verdict.
+    What the commands printed leaves scrubbed, as an evaluation's verdict does (confinement.scrub)."""
+    try:
+        verdict = _measure(bundle, document, cache_root, mode, repeat, heartbeat, kernel)
+    except TaskBroken as exc:
+        raise TaskBroken(scrub(str(exc))) from None
+    return Verdict.model_validate(scrub(verdict.model_dump()))
+
+
+def _measure(bundle: TaskBundle, document: str | None, cache_root: Path, mode: Mode, repeat: int | None,
+             heartbeat, kernel: str) -> Verdict:
     spec = bundle.spec
     t0 = time.monotonic()
     metric = MetricResult(name=spec.metric.read, unit=spec.metric.shown_unit, direction=spec.metric.direction)

@@ -76,3 +76,17 @@ def test_a_fifo_a_command_leaves_in_place_of_a_fixed_file_does_not_stall_the_wor
     assert v.status == "rejected" and "run.sh" in v.reason, v.reason
     control = _measured(bundle, doc.join({"src/a.py": "x = 2\n"}), tmp_path / "cache")
     assert control.status == "ok", control.reason
+
+
+@ROOT_ONLY
+def test_what_a_command_prints_leaves_without_terminal_controls(tmp_path):
+    """The candidate's code and the task's own command print escape sequences: the verdict and a broken
+    task's message show them as text."""
+    bundle = _bundle(metric="python3 -c 'import src.a'")
+    prints = "import sys\nsys.stdout.write('\\x1b]0;owned\\x07\\x1b[2J')\nsys.exit(4)\n"
+    v = _measured(bundle, doc.join({"src/a.py": prints}), tmp_path / "cache")
+    assert v.status == "incorrect" and "\x1b" not in v.log_tail + v.reason, v.reason
+    assert "\\x1b]0;owned" in v.log_tail
+    broken = _measured(_bundle(metric="printf '\\033]0;owned\\007\\033[2J'; exit 4"), doc.join({"src/a.py": "x = 2\n"}),
+                       tmp_path / "cache")
+    assert isinstance(broken, TaskBroken) and "\x1b" not in str(broken) and "\\x1b]0;owned" in str(broken)

@@ -104,3 +104,24 @@ def test_the_comparison_fails_closed_and_never_broadcasts():
         assert Judge._wrong(judge, torch.zeros(4, 8), bad_ref)[2]
     assert "shape" in Judge._wrong(judge, torch.ones(1, 8), ref)[2]
     assert "shape" in Judge._wrong(judge, torch.ones(4, 8), torch.ones(1, 8))[2]
+
+
+def test_a_problems_error_drives_no_terminal_and_stays_one_line(tmp_path):
+    """The file's exception carries escape sequences (retitle the terminal, clear the screen) and a bidi
+    override: what the user reads shows them as text. Control: the same error in plain words."""
+    raises = "        raise ValueError('\\x1b]0;owned\\x07\\x1b[2J\\u202eSTOP' + 'A' * 100000)\n"
+    out = _eval(tmp_path, SCALE.replace(FORWARD, raises), ZEROS)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-2000:]
+    assert "\x1b" not in out.stderr and "\x07" not in out.stderr and "\u202e" not in out.stderr
+    assert "\\x1b]0;owned" in out.stderr and len(out.stderr) < 2000
+    plain = _eval(tmp_path, SCALE.replace(FORWARD, "        raise ValueError('plain words')\n"), ZEROS)
+    assert plain.returncode == 2 and "ValueError: plain words" in plain.stderr, plain.stderr[-2000:]
+
+
+def test_scrub_shows_controls_as_text_in_values_and_keys():
+    from kernels.evaluator.confinement import scrub
+    env = {"OPENAI_API_KEY": "sk-canary-scrub-1234"}
+    out = scrub({"k\x1b[2J": ["a\x1b]0;t\x07b", "line\r\nnext\rover\ttab", "sk-canary-scrub-1234"],
+                 "sk-canary-scrub-1234": 1}, env)
+    assert out == {"k\\x1b[2J": ["a\\x1b]0;t\\x07b", "line\nnext\nover\ttab", "[$OPENAI_API_KEY]"],
+                   "[$OPENAI_API_KEY]": 1}
