@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import re
 import shutil
+import stat
 import statistics
 import tempfile
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
+from kernels.evaluator.confinement import scrub
 from kernels.evaluator.verdict import MetricResult, Verdict
 from tasks import document as doc
 from tasks.fence import CommandResult, run_fenced
@@ -86,25 +89,58 @@ def prepared_tree(bundle: TaskBundle, cache_root: Path) -> Path:
     return tree
 
 
-def _copy(tree: Path, into: Path, files: dict[str, str] | None) -> Path:
-    shutil.copytree(tree, into, symlinks=True)
+def _no_specials(folder: str, names: list[str]) -> set[str]:
+    """What a copy leaves out: anything but files, folders and links (a FIFO the task's setup made
+    would block the worker's copy)."""
+    out = set()
+    for name in names:
+        mode = os.lstat(os.path.join(folder, name)).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            out.add(name)
+    return out
+
+
+def _copy(tree: Path, into: Path, files: dict[str, str] | None, task: str) -> Path:
+    """A fresh copy of the task's folder with the candidate's files written over it. The worker writes
+    here unfenced, so through no link: the task's setup may have left links to anywhere in its folder
+    (the fenced commands cannot write through them, Landlock checks the target; the worker could)."""
+    shutil.copytree(tree, into, symlinks=True, ignore=_no_specials)
     for rel, text in (files or {}).items():
-        path = into / rel
+        path = into
+        for part in PurePosixPath(rel).parts:
+            path = path / part
+            if path.is_symlink():
+                raise TaskBroken(f"task {task}: {rel} passes through a link in the task's folder (made by its "
+                                 "setup?); the worker writes no candidate file through a link")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise TaskBroken(f"task {task}: {rel} cannot be written in a copy of its folder ({exc.strerror})") from None
+        with os.fdopen(fd, "w") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise TaskBroken(f"task {task}: {rel} is not a regular file in the task's folder")
+            f.write(text)
     return into
 
 
+def _digest(path: Path) -> str | None:
+    """A file's content digest as the worker reads it: a link's is its target's name (never followed),
+    and what is not a regular file (a FIFO a command left would block the read) has none."""
+    try:
+        if path.is_symlink():
+            return "link:" + os.readlink(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "not a file"
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 def _fixed_digests(bundle: TaskBundle, root: Path) -> dict[str, str | None]:
-    out = {}
-    for rel in bundle.files:
-        if editable(bundle.spec, rel):
-            continue
-        try:
-            out[rel] = hashlib.sha256((root / rel).read_bytes()).hexdigest()
-        except OSError:
-            out[rel] = None
-    return out
+    return {rel: _digest(root / rel) for rel in bundle.files if not editable(bundle.spec, rel)}
 
 
 def read_metric(read: str, result: CommandResult) -> float | None:
@@ -139,7 +175,17 @@ def _guard_count(expect: str, output: str) -> tuple[bool, float | None]:
 def measure(bundle: TaskBundle, document: str | None, cache_root: Path, *, mode: Mode = "full",
             repeat: int | None = None, heartbeat=None, kernel: str = "candidate") -> Verdict:
     """A candidate (its text; None: the task's own files) against the task's own files: a Verdict
-    whose `metric` holds the figures. A broken task raises TaskBroken; a bad candidate is a verdict."""
+    whose `metric` holds the figures. A broken task raises TaskBroken; a bad candidate is a verdict.
+    What the commands printed leaves scrubbed, as an evaluation's verdict does (confinement.scrub)."""
+    try:
+        verdict = _measure(bundle, document, cache_root, mode, repeat, heartbeat, kernel)
+    except TaskBroken as exc:
+        raise TaskBroken(scrub(str(exc))) from None
+    return Verdict.model_validate(scrub(verdict.model_dump()))
+
+
+def _measure(bundle: TaskBundle, document: str | None, cache_root: Path, mode: Mode, repeat: int | None,
+             heartbeat, kernel: str) -> Verdict:
     spec = bundle.spec
     t0 = time.monotonic()
     metric = MetricResult(name=spec.metric.read, unit=spec.metric.shown_unit, direction=spec.metric.direction)
@@ -155,8 +201,8 @@ def measure(bundle: TaskBundle, document: str | None, cache_root: Path, *, mode:
     n = repeat or spec.repeat
     tree = prepared_tree(bundle, cache_root)
     with tempfile.TemporaryDirectory(prefix="marathon-task-") as tmp:
-        base = _copy(tree, Path(tmp) / "baseline", None)
-        cand = _copy(tree, Path(tmp) / "candidate", files)
+        base = _copy(tree, Path(tmp) / "baseline", None, spec.name)
+        cand = _copy(tree, Path(tmp) / "candidate", files, spec.name)
         fixed = _fixed_digests(bundle, base)
         if spec.guard:
             beat()

@@ -150,7 +150,12 @@ def _relative(path: str, what: str) -> PurePosixPath:
 
 
 def editable(spec: TaskSpec, path: str) -> bool:
-    """May the agent change this file? Only what `files` names; never task.toml."""
+    """May the agent change this file? Only what `files` names, and only a relative path inside the
+    folder (a glob's `*` also matches `/` and `..`: `src/*.py` matches `src/../../x.py`); never task.toml."""
+    try:
+        _relative(path, "a file")
+    except ValueError:
+        return False
     if path == TASK_FILE:
         return False
     return any(fnmatch.fnmatchcase(path, g) or PurePosixPath(path).match(g) for g in spec.files)

@@ -10,6 +10,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -66,18 +67,30 @@ def _scrubbed_values(env: dict[str, str]) -> list[tuple[str, str]]:
     return sorted(out, key=lambda vn: -len(vn[0]))
 
 
+# Characters a terminal or an editor obeys rather than shows: C0 and C1 controls (ESC starts the sequences
+# that retitle, clear or rewrite a screen) but the newline and the tab, and the bidirectional overrides.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _shown(match: re.Match) -> str:
+    c = ord(match.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
 def scrub(obj, env: dict[str, str] | None = None):
     """`obj` (a string, or lists and dicts of them, as a verdict's dump) with the values of this
-    process's environment (the worker's: the model's API key among them) replaced by their names.
+    process's environment (the worker's: the model's API key among them) replaced by their names, and
+    control characters shown as escapes (`\\x1b`; a carriage return as a newline).
     A last line behind the fences: no code of a candidate's or a problem's can read these values, and
-    none of them may reach a verdict, a log or the workflow's history even if one did."""
+    none of them may reach a verdict, a log or the workflow's history even if one did; nor may text
+    they wrote drive the terminal, the notebook or the report of the person who reads it."""
     pairs = _scrubbed_values(dict(os.environ if env is None else env))
 
     def text(s: str) -> str:
         for value, name in pairs:
             if value in s:
                 s = s.replace(value, f"[${name}]")
-        return s
+        return _CONTROL.sub(_shown, s.replace("\r\n", "\n").replace("\r", "\n"))
 
     def walk(o):
         if isinstance(o, str):
@@ -87,7 +100,7 @@ def scrub(obj, env: dict[str, str] | None = None):
         if isinstance(o, tuple):
             return tuple(walk(x) for x in o)
         if isinstance(o, dict):
-            return {k: walk(v) for k, v in o.items()}
+            return {walk(k): walk(v) for k, v in o.items()}
         return o
     return walk(obj)
 

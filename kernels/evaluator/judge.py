@@ -601,9 +601,24 @@ class RemoteFileProblem:
             reply = self._request_reply(ReferenceRequest(shape=shape, seed=seed, dtype=_dtype_name(dtype),
                                                          perturb=perturb, output=str(path)), ReferencedReply)
             self.last_inputs_s = reply.inputs_s
-            return _load_regular(path, device)
+            return self._checked(_load_regular(path, device), shape, dtype)
         finally:
             self.proc.release(path)
+
+    def _checked(self, ref: object, shape: dict[str, int], dtype: torch.dtype) -> torch.Tensor:
+        """A reference the file's process saved, as the comparisons need it: a plain float32 tensor of the
+        output's shape with at least one value, every value finite. Anything else is the problem's failure:
+        a NaN or an Inf in the reference (or a reference of fewer values, broadcast) lets any output through."""
+        want = tuple(self.output_spec(shape, dtype)[0])
+        where = f"problem {self.spec.name}: its reference at {shape_label(shape) or 'its own sizes'}"
+        if type(ref) is not torch.Tensor or ref.dtype != torch.float32 or tuple(ref.shape) != want:
+            got = f"a {ref.dtype} tensor of shape {tuple(ref.shape)}" if isinstance(ref, torch.Tensor) else type(ref).__name__
+            raise ProblemFailed(f"{where} is {got}, not a float32 tensor of the output's shape {want}")
+        if ref.numel() == 0:
+            raise ProblemFailed(f"{where} is empty: there is nothing to check an output against")
+        if not bool(torch.isfinite(ref).all()):
+            raise ProblemFailed(f"{where} holds NaN or Inf: no output can be checked against it")
+        return ref
 
     def baseline_names(self) -> list[str]:
         if self._names is None:
@@ -1118,14 +1133,25 @@ class Judge:
             if self.device == "cuda":
                 torch.cuda.empty_cache()
 
-    def _check(self, result: ShapeResult, shape, what: str, out: torch.Tensor, ref: torch.Tensor) -> None:
+    def _wrong(self, out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, str | None]:
+        """(rel_err, max_abs_err, why the output is wrong or None) against the reference. The output's shape
+        must be the reference's (no broadcasting), and every test fails closed: a NaN anywhere is wrong."""
+        if tuple(out.shape) != tuple(ref.shape):
+            return math.inf, math.inf, f"an output of shape {tuple(out.shape)} where {tuple(ref.shape)} was asked for"
         rel, max_abs, finite = compare(out, ref)
+        if not finite:
+            return rel, max_abs, "NaN or Inf in the output"
+        bound = self.tolerance.abs_frac * ref.abs().max().item()
+        if not (rel <= self.tolerance.rel and max_abs <= bound):
+            return rel, max_abs, (f"rel_err {rel:.3g} (limit {self.tolerance.rel:g}), max_abs_err {max_abs:.3g} "
+                                  f"(limit {bound:.3g})")
+        return rel, max_abs, None
+
+    def _check(self, result: ShapeResult, shape, what: str, out: torch.Tensor, ref: torch.Tensor) -> None:
+        rel, max_abs, why = self._wrong(out, ref)
         result.rel_err = rel if result.rel_err is None else max(result.rel_err, rel)
         result.max_abs_err = max_abs if result.max_abs_err is None else max(result.max_abs_err, max_abs)
-        bound = self.tolerance.abs_frac * ref.abs().max().item()
-        if not finite or rel > self.tolerance.rel or max_abs > bound:
-            why = "NaN or Inf in the output" if not finite else (
-                f"rel_err {rel:.3g} (limit {self.tolerance.rel:g}), max_abs_err {max_abs:.3g} (limit {bound:.3g})")
+        if why:
             raise Outcome("incorrect", f"wrong answer at {shape_label(shape)}, {what}: {why}")
 
     def _reproducible(self, shape, out: torch.Tensor, again: torch.Tensor, ref: torch.Tensor) -> None:
@@ -1387,10 +1413,8 @@ class Judge:
             ref = next(refs)
             if out is None:
                 raise Outcome("incorrect", f"timed call {i} ({where.get(i)}) returned no usable output")
-            rel, max_abs, finite = compare(out, ref)
-            bound = self.tolerance.abs_frac * ref.abs().max().item()
-            if not finite or rel > self.tolerance.rel or max_abs > bound:
-                why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
+            _, _, why = self._wrong(out, ref)
+            if why:
                 raise Outcome("incorrect", f"the output of timed call {i} ({where.get(i)} phase, fresh inputs in "
                               f"refilled buffers) at {shape_label(shape)} is wrong ({why}): outputs of timed calls are "
                               "re-checked, so cached, replayed or skipped work fails here")
@@ -1474,9 +1498,8 @@ class Judge:
                 if out is None:
                     raise Outcome("incorrect", "a call timed by the judge returned no usable output")
                 ref = self._perturbed_reference(shape, seeds[k], pa, pb + k)
-                rel, max_abs, finite = compare(out, ref)
-                if not finite or rel > self.tolerance.rel or max_abs > self.tolerance.abs_frac * ref.abs().max().item():
-                    why = "NaN or Inf" if not finite else f"rel_err {rel:.3g}, max_abs_err {max_abs:.3g}"
+                _, _, why = self._wrong(out, ref)
+                if why:
                     raise Outcome("incorrect", f"the output of a call timed by the judge at {shape_label(shape)} is wrong ({why}): "
                                   "its inputs took fresh values when the clock started")
                 digest.add(out)

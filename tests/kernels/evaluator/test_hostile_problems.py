@@ -1,0 +1,127 @@
+"""Hostile KernelBench-format problem files against the judge (kernels/evaluator/judge.py), through `marathon eval`
+on the CPU: what a file's process hands the judge is checked there, out of the file's reach. Each case has an
+honest control: the same file without the hostile line."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from kernels.evaluator.judge import Judge
+
+ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.timeout(300)
+
+SCALE = '''"""Rows scaled by a learned vector: y = x * w."""
+import torch
+from torch import nn
+
+rows = 1000
+cols = 1000
+
+
+class Model(nn.Module):
+    def __init__(self, cols):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(cols))
+
+    def forward(self, x):
+        return x * self.w
+
+
+def get_inputs():
+    return [torch.randn(rows, cols)]
+
+
+def get_init_inputs():
+    return [cols]
+'''
+
+# a candidate that ignores its inputs and writes zeros: wrong for any honest reference
+ZEROS = '''import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def _zeros(y_ptr, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + o, tl.zeros([BLOCK], dtype=tl.float32), mask=o < n)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, cols):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(cols))
+
+    def forward(self, x):
+        y = torch.empty_like(x)
+        _zeros[(triton.cdiv(y.numel(), 128),)](y, y.numel(), BLOCK=128)
+        return y
+'''
+
+FORWARD = "        return x * self.w\n"
+
+
+def _eval(tmp_path: Path, problem: str, candidate: str) -> subprocess.CompletedProcess:
+    (tmp_path / "scale.py").write_text(problem)
+    (tmp_path / "cand.py").write_text(candidate)
+    return subprocess.run([sys.executable, "marathon.py", "eval", "--problem", str(tmp_path / "scale.py"), "--kernel",
+                           str(tmp_path / "cand.py"), "--device", "cpu", "--json", "--no-baselines", "--shape",
+                           "rows=3,cols=45"], cwd=ROOT, capture_output=True, text=True, timeout=240)
+
+
+@pytest.mark.parametrize("hostile", [
+    "        return x * self.w * float('nan')\n",  # every value NaN: NaN compares false, so no test ever failed
+    "        return x * self.w / (x - x)[0, 0]\n",  # Inf (and NaN where x * w is 0)
+    "        return (x * self.w)[:, :0]\n",  # no value at all
+], ids=["nan", "inf", "empty"])
+def test_a_reference_that_cannot_judge_is_the_problems_failure_not_an_ok(tmp_path, hostile):
+    out = _eval(tmp_path, SCALE.replace(FORWARD, hostile), ZEROS)
+    assert out.returncode == 2, (out.stdout[-2000:], out.stderr[-2000:])
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "its reference at rows=3,cols=45" in lines[0], out.stderr
+    assert "Traceback" not in out.stderr and '"ok"' not in out.stdout
+
+
+def test_control_the_zeros_candidate_is_incorrect_on_the_honest_file(tmp_path):
+    out = _eval(tmp_path, SCALE, ZEROS)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert json.loads(out.stdout)["status"] == "incorrect"
+
+
+def test_the_comparison_fails_closed_and_never_broadcasts():
+    """The judge's one comparison (behind the reference's own check): a NaN anywhere, in the output or the
+    reference, is wrong, and an output of another shape is wrong even where it would broadcast."""
+    judge = SimpleNamespace(tolerance=SimpleNamespace(rel=1e-3, abs_frac=1e-2))
+    ref = torch.ones(4, 8)
+    assert Judge._wrong(judge, ref.clone(), ref)[2] is None  # control
+    for bad_ref in (torch.full((4, 8), float("nan")), torch.full((4, 8), float("inf"))):
+        assert Judge._wrong(judge, torch.zeros(4, 8), bad_ref)[2]
+    assert "shape" in Judge._wrong(judge, torch.ones(1, 8), ref)[2]
+    assert "shape" in Judge._wrong(judge, torch.ones(4, 8), torch.ones(1, 8))[2]
+
+
+def test_a_problems_error_drives_no_terminal_and_stays_one_line(tmp_path):
+    """The file's exception carries escape sequences (retitle the terminal, clear the screen) and a bidi
+    override: what the user reads shows them as text. Control: the same error in plain words."""
+    raises = "        raise ValueError('\\x1b]0;owned\\x07\\x1b[2J\\u202eSTOP' + 'A' * 100000)\n"
+    out = _eval(tmp_path, SCALE.replace(FORWARD, raises), ZEROS)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-2000:]
+    assert "\x1b" not in out.stderr and "\x07" not in out.stderr and "\u202e" not in out.stderr
+    assert "\\x1b]0;owned" in out.stderr and len(out.stderr) < 2000
+    plain = _eval(tmp_path, SCALE.replace(FORWARD, "        raise ValueError('plain words')\n"), ZEROS)
+    assert plain.returncode == 2 and "ValueError: plain words" in plain.stderr, plain.stderr[-2000:]
+
+
+def test_scrub_shows_controls_as_text_in_values_and_keys():
+    from kernels.evaluator.confinement import scrub
+    env = {"OPENAI_API_KEY": "sk-canary-scrub-1234"}
+    out = scrub({"k\x1b[2J": ["a\x1b]0;t\x07b", "line\r\nnext\rover\ttab", "sk-canary-scrub-1234"],
+                 "sk-canary-scrub-1234": 1}, env)
+    assert out == {"k\\x1b[2J": ["a\\x1b]0;t\\x07b", "line\nnext\nover\ttab", "[$OPENAI_API_KEY]"],
+                   "[$OPENAI_API_KEY]": 1}

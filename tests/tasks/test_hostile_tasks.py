@@ -1,0 +1,92 @@
+"""Hostile task candidates and task folders against the worker's own (unfenced) part of measuring a task
+(tasks/measure.py): it writes the candidate's files into a copy of the task's folder and reads the copy
+back, and neither may reach outside the copy or stall. Each case has an honest control."""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from tasks import document as doc
+from tasks.measure import TaskBroken, measure
+from tasks.spec import TaskBundle, TaskSpec, editable
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and mounts as root")
+pytestmark = pytest.mark.timeout(300)
+
+
+def _bundle(setup: str | None = None, metric: str = "true", files: list[str] | None = None) -> TaskBundle:
+    spec = TaskSpec(name="t", statement="s", files=files or ["src/*.py"], metric={"command": metric}, setup=setup,
+                    repeat=1, timeout_s=60)
+    return TaskBundle(spec=spec, files={"src/a.py": "x = 1\n", "run.sh": "echo\n"})
+
+
+def _measured(bundle: TaskBundle, document: str, cache: Path, mode: str = "full"):
+    """measure() in a thread with a deadline: a worker that blocks on a file fails here instead of hanging."""
+    done: list = []
+
+    def go() -> None:
+        try:
+            done.append(measure(bundle, document, cache, mode=mode))
+        except Exception as exc:  # noqa: BLE001 - the test looks at what was raised
+            done.append(exc)
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    thread.join(120)
+    assert done, "measuring blocked (the worker read or wrote a file it should not have waited on)"
+    return done[0]
+
+
+@pytest.mark.parametrize("path", ["src/../../../../../../../../tmp/{mark}.py", "../src/{mark}.py",
+                                  "src/./../../{mark}.py", "/tmp/src/{mark}.py"])
+def test_a_candidate_path_that_leaves_the_folder_is_not_editable_and_writes_nothing(tmp_path, path):
+    mark = f"marathon-escape-{os.getpid()}"
+    bundle = _bundle(files=["src/*.py", "*.py"])
+    path = path.format(mark=mark)
+    assert not editable(bundle.spec, path)
+    assert editable(bundle.spec, "src/b.py") and editable(bundle.spec, "src/deep/b.py")  # control
+    v = _measured(bundle, doc.join({path: "print('the worker wrote this')\n"}), tmp_path / "cache", mode="test")
+    assert v.status == "rejected" and "outside the files" in v.reason, v.reason
+    assert not (Path("/tmp") / f"{mark}.py").exists() and not (Path("/tmp/src") / f"{mark}.py").exists()
+    with pytest.raises(doc.DocumentError):
+        doc.assert_editable(bundle, [path])
+
+
+@ROOT_ONLY
+def test_a_link_the_setup_left_is_never_written_through_by_the_worker(tmp_path):
+    target = tmp_path / "outside.py"
+    target.write_text("untouched\n")
+    bundle = _bundle(setup=f"ln -s {target} src/b.py")
+    with pytest.raises(TaskBroken, match="through a link"):
+        raise _measured(bundle, doc.join({"src/b.py": "print('through the link')\n"}), tmp_path / "cache", mode="test")
+    assert target.read_text() == "untouched\n"
+    control = _measured(bundle, doc.join({"src/a.py": "x = 2\n"}), tmp_path / "cache", mode="test")
+    assert control.status == "ok", control.reason
+
+
+@ROOT_ONLY
+def test_a_fifo_a_command_leaves_in_place_of_a_fixed_file_does_not_stall_the_worker(tmp_path):
+    """The candidate's code replaces a file it may not edit with a FIFO: the worker's check of the fixed
+    files must not block opening it, and the change is a rejection."""
+    bundle = _bundle(metric="python3 -c 'import src.a'")
+    fifo = "import os\nos.remove('run.sh')\nos.mkfifo('run.sh')\n"
+    v = _measured(bundle, doc.join({"src/a.py": fifo}), tmp_path / "cache")
+    assert v.status == "rejected" and "run.sh" in v.reason, v.reason
+    control = _measured(bundle, doc.join({"src/a.py": "x = 2\n"}), tmp_path / "cache")
+    assert control.status == "ok", control.reason
+
+
+@ROOT_ONLY
+def test_what_a_command_prints_leaves_without_terminal_controls(tmp_path):
+    """The candidate's code and the task's own command print escape sequences: the verdict and a broken
+    task's message show them as text."""
+    bundle = _bundle(metric="python3 -c 'import src.a'")
+    prints = "import sys\nsys.stdout.write('\\x1b]0;owned\\x07\\x1b[2J')\nsys.exit(4)\n"
+    v = _measured(bundle, doc.join({"src/a.py": prints}), tmp_path / "cache")
+    assert v.status == "incorrect" and "\x1b" not in v.log_tail + v.reason, v.reason
+    assert "\\x1b]0;owned" in v.log_tail
+    broken = _measured(_bundle(metric="printf '\\033]0;owned\\007\\033[2J'; exit 4"), doc.join({"src/a.py": "x = 2\n"}),
+                       tmp_path / "cache")
+    assert isinstance(broken, TaskBroken) and "\x1b" not in str(broken) and "\\x1b]0;owned" in str(broken)
