@@ -135,7 +135,7 @@ LAUNCH_OPTIONS = frozenset({"grid", "warmup", "num_warps", "num_stages", "num_ct
 def _options(fn, kwargs: dict) -> list[str]:
     """The keywords of a launch that are neither the kernel's parameters nor launch settings."""
     params = getattr(fn, "arg_names", None)
-    params = frozenset(params) if isinstance(params, list) else frozenset()
+    params = frozenset(p for p in params if isinstance(p, str)) if isinstance(params, (list, tuple)) else frozenset()
     return sorted(k for k in kwargs if k not in LAUNCH_OPTIONS and k not in params)
 
 

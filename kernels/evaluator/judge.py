@@ -39,7 +39,7 @@ from kernels.evaluator.protocol import (ArmedReply, ArmRequest, BaselineNamesRep
                                         ProblemErrorReply, ProblemReadyReply, ReferencedReply, ReferenceRequest,
                                         RunsReply, RunsRequest, SavedReply, SaveTimedRequest, SealRecord, SealedReply,
                                         SpecReply, SpecRequest, TimedReply, TimeRequest)
-from kernels.evaluator.timing import compare, time_baseline
+from kernels.evaluator.timing import compare, reference_defect, time_baseline
 from kernels.evaluator.seal import SEAL_EXIT
 from kernels.evaluator.hostinfo import nvidia_driver
 from kernels.evaluator.evaluate import (PROJECT_ROOT, EvalRequest, EvaluatorError, ProblemCheck, ProblemReport,
@@ -614,10 +614,9 @@ class RemoteFileProblem:
         if type(ref) is not torch.Tensor or ref.dtype != torch.float32 or tuple(ref.shape) != want:
             got = f"a {ref.dtype} tensor of shape {tuple(ref.shape)}" if isinstance(ref, torch.Tensor) else type(ref).__name__
             raise ProblemFailed(f"{where} is {got}, not a float32 tensor of the output's shape {want}")
-        if ref.numel() == 0:
-            raise ProblemFailed(f"{where} is empty: there is nothing to check an output against")
-        if not bool(torch.isfinite(ref).all()):
-            raise ProblemFailed(f"{where} holds NaN or Inf: no output can be checked against it")
+        defect = reference_defect(ref)
+        if defect:
+            raise ProblemFailed(f"{where} {defect}")
         return ref
 
     def baseline_names(self) -> list[str]:

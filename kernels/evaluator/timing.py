@@ -355,6 +355,16 @@ def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, bool]:
     return rel, diff.abs().max().item(), True
 
 
+def reference_defect(ref: torch.Tensor) -> str | None:
+    """Why an output cannot serve as the reference, or None: one with no values checks nothing, and
+    one holding NaN or Inf passes any output (every comparison with NaN is false)."""
+    if ref.numel() == 0:
+        return "is empty: there is nothing to check an output against"
+    if not bool(torch.isfinite(ref).all()):
+        return "holds NaN or Inf: no output can be checked against it"
+    return None
+
+
 def time_baseline(fn, ref: torch.Tensor, input_sets: list[dict], device: str, reps: int, warmup: int,
                   sync_reps: int, limit_rel: float) -> dict:
     """One baseline: checked against the reference on the first input set (a broken one is far off),

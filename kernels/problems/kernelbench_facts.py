@@ -18,6 +18,8 @@ import traceback
 
 import torch
 
+from kernels.evaluator.timing import reference_defect
+from kernels.labels import shape_label
 from kernels.problems.kernelbench import RESERVED, FileFacts, ReferenceCall
 from kernels.problems.kernelbench_runtime import FileReference, ProblemCodeError
 
@@ -131,6 +133,11 @@ def runs(ref: FileReference, shape: dict[str, int], device: str = "cpu",
         out = ref.reference(**inputs)
         if device == "cuda":
             torch.cuda.synchronize()
+        defect = reference_defect(out)
+        if defect:  # the judge refuses such a reference: say so before a night's run
+            return ReferenceCall(shape=shape, status="error", output_shape=list(out.shape),
+                                 error=f"problem {ref.name}: its reference at {shape_label(shape) or 'its own sizes'} {defect}",
+                                 seconds=round(time.perf_counter() - t0, 4))
         return ReferenceCall(shape=shape, status="ok", output_shape=list(out.shape),
                              seconds=round(time.perf_counter() - t0, 4))
     except Exception as exc:  # noqa: BLE001 - the problem's own failure, reported

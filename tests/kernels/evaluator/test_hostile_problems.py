@@ -88,6 +88,24 @@ def test_a_reference_that_cannot_judge_is_the_problems_failure_not_an_ok(tmp_pat
     assert "Traceback" not in out.stderr and '"ok"' not in out.stdout
 
 
+def test_marathon_problem_says_before_a_run_that_such_a_reference_cannot_judge(tmp_path):
+    """The check a user runs before a night's run refuses what the judge would refuse: exit 2, one line;
+    the honest file at the same size is ok."""
+    (tmp_path / "scale.py").write_text(SCALE.replace(FORWARD, "        return (x * self.w).log()\n"))
+    (tmp_path / "honest.py").write_text(SCALE)
+
+    def problem(name):
+        return subprocess.run([sys.executable, "marathon.py", "problem", str(tmp_path / name), "--shape",
+                               "rows=3,cols=45", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    out = problem("scale.py")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "its reference at rows=3,cols=45 holds NaN or Inf" in out.stderr
+    (call,) = json.loads(out.stdout)["reference"]
+    assert call["status"] == "error"
+    honest = problem("honest.py")
+    assert honest.returncode == 0 and json.loads(honest.stdout)["reference"][0]["status"] == "ok", honest.stderr
+
+
 def test_control_the_zeros_candidate_is_incorrect_on_the_honest_file(tmp_path):
     out = _eval(tmp_path, SCALE, ZEROS)
     assert out.returncode == 1, out.stderr[-2000:]
