@@ -3,16 +3,18 @@ that may start processes of its own (a test runner, a bundler).
 
     run_fenced("python -m pytest -q", workdir, timeout_s=60) -> CommandResult
 
-A launcher process (`python -m tasks.fence`, started here) makes a PID namespace (and, as root, a
-network namespace with no interface up, and a mount namespace with its own /proc), forks the
-command's shell as PID 1 of it, and times it. When that shell ends, or the launcher dies, or the
-time is up, the kernel ends every process left in the namespace: nothing the command starts
-outlives it, setsid or not. In the namespace the command has: no network (unless `network`, for a
-task's one-time setup), no capabilities, writes only beneath its working directory (Landlock), an
-environment of allowlisted variables with HOME and TMPDIR in the working directory, and none of the
-worker's secrets, and reads of the system's programs and libraries, this Python and its working
-directory only (not /tmp, the home folders or other projects). Where the kernel lacks a feature the
-result says which fence is missing."""
+A launcher process (`python -m tasks.fence`, started here) makes a PID namespace (as root, or inside a
+user namespace of its own without root), with a mount namespace and its own /proc, and a network
+namespace with no interface up; forks the command's shell as PID 1 of it, and times it. When that
+shell ends, or the launcher dies, or the time is up, the kernel ends every process left in the
+namespace: nothing the command starts outlives it, setsid or not. Where no PID namespace can be made,
+the launcher is the command's subreaper and ends what it left. In the namespace the command has: no
+network (unless `network`, for a task's one-time setup), no capabilities, writes only beneath its
+working directory (Landlock) and there no more than a quota (weighed every second; past it the
+command is killed), an environment of allowlisted variables with HOME and TMPDIR in the working
+directory and none of the worker's secrets, and reads of the system's programs and libraries, this
+Python and its working directory only (not /tmp, the home folders or other projects). Where the
+kernel lacks a feature the result says which fence is missing."""
 from __future__ import annotations
 
 import ctypes
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernels.evaluator import confinement, isolation
+from kernels.settings import settings
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x4000, 1 << 18, 2, 4, 8
@@ -42,6 +45,7 @@ class CommandResult:
     wall_s: float  # the command's own time, from its start in the namespace to its end
     output: str  # stdout and stderr together, the tail past OUTPUT_CAP
     timed_out: bool = False
+    disk_exceeded: bool = False  # killed for writing more than its quota beneath its working directory
     fences: dict[str, bool] = field(default_factory=dict)
     network_attempts: int = 0  # sockets to a network the command tried to open (each refused)
 
@@ -66,13 +70,17 @@ def task_env(workdir: Path, source: dict[str, str] | None = None) -> dict[str, s
 
 
 def run_fenced(command: str, workdir: Path, timeout_s: float, network: bool = False,
-               env: dict[str, str] | None = None) -> CommandResult:
-    """Run `command` with /bin/sh in `workdir`, fenced; never raises for what the command does."""
+               env: dict[str, str] | None = None, disk_quota: int | None = None) -> CommandResult:
+    """Run `command` with /bin/sh in `workdir`, fenced; never raises for what the command does. It may
+    add `disk_quota` bytes (default: the sandboxes' MARATHON_SANDBOX_DISK) to what `workdir` holds."""
     workdir = Path(workdir).resolve()
     env = task_env(workdir) if env is None else env
     read_fd, write_fd = os.pipe()
+    switches = settings()
+    quota = switches.sandbox_disk if disk_quota is None else disk_quota
     args = [sys.executable, "-m", "tasks.fence", str(write_fd), str(workdir), "1" if network else "0",
-            repr(float(timeout_s)), command]
+            repr(float(timeout_s)), "1" if switches.sandbox_pidns else "0", "1" if switches.sandbox_subreaper else "0",
+            str(int(quota)), command]
     launcher_env = {"PATH": env.get("PATH", ""), "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
                     "TASK_ENV": json.dumps(env)}
     t0 = time.monotonic()
@@ -86,7 +94,12 @@ def run_fenced(command: str, workdir: Path, timeout_s: float, network: bool = Fa
     except subprocess.TimeoutExpired:
         timed_out = True
         os.killpg(proc.pid, signal.SIGKILL)  # its PID 1 follows (parent-death signal), and the namespace with it
-        out, _ = proc.communicate()
+        try:
+            out, _ = proc.communicate(timeout=5.0)
+        except subprocess.TimeoutExpired:  # a process past every fence still holds the output's pipe
+            proc.stdout.close()
+            proc.wait()
+            out = b""
     with os.fdopen(read_fd) as f:
         report = f.read()
     try:
@@ -99,7 +112,7 @@ def run_fenced(command: str, workdir: Path, timeout_s: float, network: bool = Fa
     timed_out = timed_out or bool(facts.get("timed_out"))
     return CommandResult(exit_code=None if timed_out else facts.get("exit_code", proc.returncode),
                          wall_s=float(facts.get("wall_s", time.monotonic() - t0)), output=text,
-                         timed_out=timed_out, fences=facts.get("fences", {}),
+                         timed_out=timed_out, disk_exceeded=bool(facts.get("disk_exceeded")), fences=facts.get("fences", {}),
                          network_attempts=int(facts.get("network_attempts", 0)))
 
 
@@ -170,19 +183,25 @@ def _answer_network_attempt(fd: int, attempts: list[int]) -> None:
         pass
 
 
-def _wait(pid: int, listener: int | None, attempts: list[int]) -> int:
-    """The command's exit status, answering its network attempts meanwhile. No thread: a process that
-    made a PID namespace for its children may not start one (so: poll on a pidfd and the listener)."""
+DISK_POLL_S = 1.0  # how often the launcher weighs what the command wrote
+
+
+def _wait(pid: int, listener: int | None, attempts: list[int], over_quota) -> int:
+    """The command's exit status, answering its network attempts meanwhile and killing it once
+    `over_quota()` says it wrote too much. No thread: a process that made a PID namespace for its
+    children may not start one (so: poll on a pidfd and the listener)."""
     import select
-    if listener is None:
-        return os.waitpid(pid, 0)[1]
     pidfd = os.pidfd_open(pid)
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
-    poller.register(listener, select.POLLIN)
+    if listener is not None:
+        poller.register(listener, select.POLLIN)
     try:
         while True:
-            for fd, event in poller.poll():
+            events = poller.poll(int(DISK_POLL_S * 1000))
+            if not events and over_quota():
+                os.kill(pid, signal.SIGKILL)  # PID 1 gone: the kernel kills the rest of the namespace
+            for fd, event in events:
                 if fd == pidfd:
                     return os.waitpid(pid, 0)[1]
                 if event & select.POLLIN:
@@ -193,9 +212,51 @@ def _wait(pid: int, listener: int | None, attempts: list[int]) -> int:
         os.close(pidfd)
 
 
-# --- the launcher (python -m tasks.fence FD WORKDIR NETWORK COMMAND) ---------------------------------
+# --- the launcher (python -m tasks.fence FD WORKDIR NETWORK TIMEOUT PIDNS SUBREAPER QUOTA COMMAND) ---------------------------------
 def _unshare(flags: int) -> bool:
     return isolation.libc().unshare(flags) == 0
+
+
+def _namespaces(pid_namespace: bool, network: bool) -> dict[str, bool | str]:
+    """The launcher's namespaces, which its next child enters: a PID namespace (as root, or inside a user
+    namespace of its own without root, where the kernel allows one) with a mount namespace, and a network
+    namespace unless the command may use the network."""
+    how, mounts = "", False
+    if pid_namespace:
+        for who in ("root", "user namespace"):
+            if who == "user namespace" and not isolation.own_user_namespace():
+                break
+            if _unshare(CLONE_NEWPID | CLONE_NEWNS):
+                how, mounts = who, True
+            elif _unshare(CLONE_NEWPID):
+                how = who
+            if how:
+                break
+    facts: dict[str, bool | str] = {"pid_namespace": bool(how), "mount_namespace": mounts, "namespaces_as": how}
+    if not network:
+        facts["network_namespace"] = (bool(how) or os.geteuid() == 0) and _unshare(CLONE_NEWNET)
+    return facts
+
+
+def _end_orphans(command_pid: int) -> int:
+    """Without a PID namespace, what the command left running (a daemon that called setsid) has come to
+    the launcher, its subreaper, as its parents ended: kill each with all below it, and reap them. The
+    launcher starts nothing but the command, so every child of its left is such an orphan."""
+    me, ended = os.getpid(), set()
+    for _ in range(20):
+        orphans = [pid for pid, ppid in isolation.parent_pids().items() if ppid == me and pid != command_pid]
+        if not orphans:
+            break
+        for pid in orphans:
+            isolation.kill_tree(pid, "", orphans=False)
+        ended.update(orphans)
+        while True:
+            try:
+                if not os.waitpid(-1, os.WNOHANG)[0]:
+                    break
+            except ChildProcessError:
+                break
+    return len(ended)
 
 
 def _private_proc() -> bool:
@@ -207,8 +268,8 @@ def _private_proc() -> bool:
     return lc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
 
 
-def _child(workdir: str, command: str, env: dict[str, str], mount_ns: bool, network: bool, fences_fd: int,
-           listener_sock) -> None:
+def _child(workdir: str, command: str, env: dict[str, str], mount_ns: bool, user_namespace: bool, network: bool,
+           fences_fd: int, listener_sock) -> None:
     """PID 1 of the namespace: the fences that need no namespace, then exec the shell. What took is
     written to `fences_fd`, which closes on exec."""
     isolation.set_parent_death_signal(signal.SIGKILL)
@@ -217,7 +278,7 @@ def _child(workdir: str, command: str, env: dict[str, str], mount_ns: bool, netw
         fences["private_proc"] = _private_proc()
     fences["landlock"] = isolation.restrict_filesystem([workdir, "/dev/null", "/dev/tty"], readable=readable_paths(),
                                                        tcp=network) > 0
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 or user_namespace:  # root's, or those its own user namespace gives: all of them go
         fences["capabilities_dropped"] = isolation.drop_capabilities()
     if not network:  # (setup may use the network: nothing to count there)
         listener = _network_listener()
@@ -233,14 +294,19 @@ def _child(workdir: str, command: str, env: dict[str, str], mount_ns: bool, netw
 
 
 def main(argv: list[str]) -> int:
-    report_fd, workdir, network, timeout_s, command = int(argv[0]), argv[1], argv[2] == "1", float(argv[3]), argv[4]
+    report_fd, workdir, network, timeout_s = int(argv[0]), argv[1], argv[2] == "1", float(argv[3])
+    pid_namespace, subreaper, quota, command = argv[4] == "1", argv[5] == "1", int(argv[6]), argv[7]
+    allowed = quota + isolation.disk_usage(workdir)  # what the folder held before, and the quota on top
+    disk_exceeded = []
+
+    def over_quota() -> bool:
+        if isolation.disk_usage(workdir) > allowed:
+            disk_exceeded.append(True)
+        return bool(disk_exceeded)
+
     env = json.loads(os.environ.get("TASK_ENV", "{}"))
-    fences: dict[str, bool] = {}
-    root = os.geteuid() == 0
-    fences["pid_namespace"] = _unshare(CLONE_NEWPID | (CLONE_NEWNS if root else 0))
-    fences["mount_namespace"] = fences["pid_namespace"] and root
-    if not network:
-        fences["network_namespace"] = root and _unshare(CLONE_NEWNET)
+    fences: dict = {"subreaper": subreaper and isolation.become_subreaper()}
+    fences.update(_namespaces(pid_namespace, network))
     fences_r, fences_w = os.pipe2(os.O_CLOEXEC)
     import socket
     parent_sock, child_sock = socket.socketpair()  # the filter's listener comes back through it
@@ -257,7 +323,8 @@ def main(argv: list[str]) -> int:
             os.close(report_fd)
             os.close(fences_r)
             parent_sock.close()
-            _child(workdir, command, env, fences["mount_namespace"], network, fences_w, child_sock)
+            _child(workdir, command, env, fences["mount_namespace"], fences["namespaces_as"] == "user namespace",
+                   network, fences_w, child_sock)
         finally:
             os._exit(127)
     os.close(fences_w)
@@ -273,9 +340,11 @@ def main(argv: list[str]) -> int:
     parent_sock.close()
     signal.signal(signal.SIGALRM, time_up)
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
-    status = _wait(pid, listener, attempts)  # retried by Python after the alarm's handler
+    status = _wait(pid, listener, attempts, over_quota)  # retried by Python after the alarm's handler
     wall = time.monotonic() - t0
     signal.setitimer(signal.ITIMER_REAL, 0)
+    if fences["subreaper"]:
+        fences["orphans_ended"] = _end_orphans(pid)
     if listener is not None:
         os.close(listener)
     with os.fdopen(fences_r) as f:
@@ -283,9 +352,10 @@ def main(argv: list[str]) -> int:
             fences.update(json.loads(f.read() or "{}"))
         except ValueError:
             pass
-    code = None if timed_out else os.waitstatus_to_exitcode(status)
+    code = None if timed_out or disk_exceeded else os.waitstatus_to_exitcode(status)
     with os.fdopen(report_fd, "w") as f:
         json.dump({"exit_code": code, "wall_s": wall, "timed_out": bool(timed_out), "fences": fences,
+                   "disk_exceeded": bool(disk_exceeded),
                    "network_attempts": len(attempts)}, f)
     return 0
 

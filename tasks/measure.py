@@ -17,6 +17,7 @@ against the task's own files measured in the same call, runs interleaved.
    rejects the candidate."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -36,6 +37,8 @@ from tasks.fence import CommandResult, run_fenced
 from tasks.spec import METRIC_LINE, TaskBundle, editable
 
 TAIL = 3000  # characters of a command's output kept in a verdict
+COPY_PREFIX = "marathon-task-"  # a measurement's copies, in a folder under the system's temporary folder
+STALE_AFTER_S = 600.0  # a copies' folder older than this, its lock free, was left by a measurement that died
 Mode = Literal["test", "full"]  # the guard alone, or the guard and the metric
 
 
@@ -83,7 +86,7 @@ def prepared_tree(bundle: TaskBundle, cache_root: Path) -> Path:
             if not result.ok:
                 shutil.rmtree(cache_root / key, ignore_errors=True)
                 raise TaskBroken(f"the task's setup ({bundle.spec.setup!r}) failed "
-                                  f"({'timed out' if result.timed_out else f'exit {result.exit_code}'}): "
+                                  f"({_ended(result)}): "
                                   f"{_tail(result.output, 600)}")
         (cache_root / key / "ready").write_text("")
     return tree
@@ -143,6 +146,50 @@ def _fixed_digests(bundle: TaskBundle, root: Path) -> dict[str, str | None]:
     return {rel: _digest(root / rel) for rel in bundle.files if not editable(bundle.spec, rel)}
 
 
+@contextlib.contextmanager
+def _held(folder: Path):
+    """A lock on the copies' folder for as long as the measurement lives: the kernel drops it when the
+    worker dies, however it dies, so a later measurement knows the folder is nobody's (remove_stale_copies)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def remove_stale_copies(root: Path, older_than_s: float = STALE_AFTER_S) -> list[str]:
+    """Remove the copies' folders that measurements killed with their worker left behind (a SIGKILL runs
+    no clean-up): a folder of ours, not a link, older than `older_than_s`, whose lock nobody holds.
+    Returns the names removed."""
+    removed = []
+    for folder in root.glob(COPY_PREFIX + "*"):
+        try:
+            if folder.is_symlink() or not folder.is_dir() or time.time() - folder.stat().st_mtime < older_than_s:
+                continue
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a live measurement's
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _ended(result: CommandResult) -> str:
+    """How a command that failed ended, in a few words."""
+    if result.disk_exceeded:
+        return "wrote more than its disk quota (MARATHON_SANDBOX_DISK) beneath its folder and was killed"
+    return "timed out" if result.timed_out else f"exit {result.exit_code}"
+
+
 def read_metric(read: str, result: CommandResult) -> float | None:
     """The number a metric run gives, or None when it gives none (a failed run, a missing line)."""
     if read == "failure_rate":
@@ -200,7 +247,8 @@ def _measure(bundle: TaskBundle, document: str | None, cache_root: Path, mode: M
     metric.changed = doc.touched(bundle, files)
     n = repeat or spec.repeat
     tree = prepared_tree(bundle, cache_root)
-    with tempfile.TemporaryDirectory(prefix="marathon-task-") as tmp:
+    remove_stale_copies(Path(tempfile.gettempdir()))
+    with tempfile.TemporaryDirectory(prefix=COPY_PREFIX) as tmp, _held(Path(tmp)):
         base = _copy(tree, Path(tmp) / "baseline", None, spec.name)
         cand = _copy(tree, Path(tmp) / "candidate", files, spec.name)
         fixed = _fixed_digests(bundle, base)
@@ -210,13 +258,15 @@ def _measure(bundle: TaskBundle, document: str | None, cache_root: Path, mode: M
             verdict.sandbox.update(g.fences)
             if not g.ok:
                 raise TaskBroken(f"task {spec.name}: its own files fail its guard "
-                                 f"({'timed out' if g.timed_out else f'exit {g.exit_code}'}): {_tail(g.output, 300)}")
+                                 f"({_ended(g)}): {_tail(g.output, 300)}")
             base_count = _guard_count(spec.guard.expect, g.output)[1] if spec.guard.expect else None
             beat()
             g = run_fenced(spec.guard.command, cand, spec.timeout_s)
             metric.guard_tail = _tail(g.output)
             if g.network_attempts:
                 return _done(verdict, t0, "rejected", _offline(g.network_attempts, "its guard"))
+            if g.disk_exceeded:
+                return _done(verdict, t0, "rejected", f"the guard {_ended(g)}")
             if g.timed_out:
                 return _done(verdict, t0, "timeout", f"the guard timed out after {spec.timeout_s:g} s")
             if not g.ok:
@@ -241,12 +291,14 @@ def _measure(bundle: TaskBundle, document: str | None, cache_root: Path, mode: M
                     if result.network_attempts:
                         raise TaskBroken(f"task {spec.name}: its own files open network connections; a task's "
                                          "commands run offline (fetch what they need in its setup)")
+                    if result.disk_exceeded and which == "candidate":
+                        return _done(verdict, t0, "rejected", f"the metric command {_ended(result)} (run {r + 1} of {n})")
                     value = read_metric(spec.metric.read, result)
                     if which == "candidate":
                         verdict.log_tail = _tail(result.output)
                     if value is None and which == "baseline":
                         raise TaskBroken(f"task {spec.name}: its own files give no {spec.metric.read} figure "
-                                         f"({'timed out' if result.timed_out else f'exit {result.exit_code}'}): "
+                                         f"({_ended(result)}): "
                                          f"{_tail(result.output, 300)}")
                     if value is None:
                         why = (f"timed out after {spec.timeout_s:g} s" if result.timed_out

@@ -79,7 +79,7 @@ def running_with(marker: str) -> list[int]:
                 pids.append(int(pid))
         except OSError:
             continue
-    alive = isolation._parents()  # zombies count as gone
+    alive = isolation.parent_pids()  # zombies count as gone
     return [p for p in pids if p in alive]
 
 

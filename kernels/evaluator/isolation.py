@@ -36,6 +36,7 @@ import signal
 import struct
 import sys
 import time
+from pathlib import Path
 
 _libc = None
 
@@ -103,7 +104,7 @@ def _private_mounts() -> tuple[bool, bool]:
     return shm, proc
 
 
-def _own_user_namespace() -> bool:
+def own_user_namespace() -> bool:
     """A user namespace of our own, our uid and gid mapped to themselves: inside it this process
     holds the capabilities that unsharing PID and network namespaces needs, and nothing outside it.
     For a sandbox started without root; False where the kernel refuses (a sysctl, an LSM)."""
@@ -140,7 +141,7 @@ def enter_pid_namespace() -> str:
     lc = libc()
     how, mounts = "", False
     for who in ("root", "user namespace"):
-        if who == "user namespace" and not _own_user_namespace():
+        if who == "user namespace" and not own_user_namespace():
             break
         if lc.unshare(CLONE_NEWPID | CLONE_NEWNS) == 0:
             how, mounts = who, True
@@ -471,7 +472,30 @@ def _stat(pid: int) -> list[bytes]:
     return stat[stat.rindex(b")") + 2:].split()
 
 
-def _parents() -> dict[int, int]:
+def disk_usage(root: Path | str, cap: int = 100_000) -> int:
+    """Bytes of disk the files under `root` (or the file `root`) hold, links not followed; the first
+    `cap` files only, so that a tree of millions of files costs a bounded walk."""
+    root = Path(root)
+    try:
+        if not root.is_dir():
+            return root.lstat().st_blocks * 512
+    except OSError:
+        return 0
+    total, seen = 0, 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            seen += 1
+            if seen > cap:
+                return total
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def parent_pids() -> dict[int, int]:
+    """{pid: parent's pid} of every living process this /proc lists (zombies are dead already)."""
     out = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -493,7 +517,7 @@ def process_tree(root_pid: int, token: str, orphans: bool = True) -> list[int]:
     the token (orphans of a fork bomb that called setsid land elsewhere in the tree)."""
     if not os.path.isdir("/proc"):
         return []
-    parents = _parents()
+    parents = parent_pids()
     marker = f"{SANDBOX_TOKEN_VAR}={token}".encode()
     found = {root_pid} if root_pid in parents else set()
     grew = True
@@ -525,7 +549,7 @@ def adopted(keep: set[int]) -> list[int]:
     session and are left alone."""
     me, mine = os.getpid(), os.getsid(0)
     out = []
-    for pid, ppid in _parents().items():
+    for pid, ppid in parent_pids().items():
         if ppid != me or pid in keep:
             continue
         try:

@@ -287,7 +287,7 @@ class CandidateProcess:
             self.kill()
             raise Outcome("crashed", f"{self.WHO} used {rss / 2**30:.1f} GiB of host memory (limit "
                           f"{self.memory_cap / 2**30:.0f} GiB) and was killed")
-        used = _disk_usage(self.workdir) + _disk_usage(self.log_path) - self._allowed()
+        used = isolation.disk_usage(self.workdir) + isolation.disk_usage(self.log_path) - self._allowed()
         if used > limits.sandbox_disk:
             self.kill()
             raise Outcome("rejected", f"{self.WHO} wrote {used / 2**20:.0f} MiB under its scratch directory "
@@ -764,22 +764,6 @@ def read_record(lines: list[protocol.Record]) -> tuple[dict[int, CallRecord], Ca
 def _sealed_reason(line: SealedReply) -> str:
     return (f"the sandbox's seal ended the candidate's process on {line.event[:80]} {line.why[:300]}: an action no "
             "kernel needs (the seal is the run-time layer behind the static policy)")
-
-
-def _disk_usage(root: Path, cap: int = 100_000) -> int:
-    if root.is_file():
-        return root.stat().st_blocks * 512
-    total, seen = 0, 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            seen += 1
-            if seen > cap:
-                return total
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-            except OSError:
-                pass
-    return total
 
 
 def _describe_exit(code: int | None) -> str:

@@ -2,9 +2,11 @@
 task's commands, and measuring the shipped examples against their own files."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -130,6 +132,97 @@ def test_fenced_command_sees_no_secret_and_no_other_process(tmp_path, monkeypatc
     assert r.fences["private_proc"]
     count = int([line for line in r.output.splitlines() if line.isdigit()][0])
     assert count <= 4  # the shell, ls, grep (and cat after them): nothing of the host
+
+
+def _left(marker: str) -> list[int]:
+    time.sleep(0.5)
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("subreaper", [True, False], ids=["subreaper", "control-neither-fence"])
+def test_without_a_pid_namespace_the_launcher_ends_what_a_command_left(tmp_path, monkeypatch, subreaper):
+    """Where no PID namespace is made, a daemon a command started (setsid, its parent gone) comes to the
+    launcher, its subreaper, which ends it. The control with neither fence shows the daemon surviving,
+    so the test can fail; run_fenced still returns though the daemon holds the output's pipe."""
+    monkeypatch.setenv("MARATHON_SANDBOX_PIDNS", "0")
+    monkeypatch.setenv("MARATHON_SANDBOX_SUBREAPER", "1" if subreaper else "0")
+    marker = f"sleep {8000 + os.getpid() % 500 + (0 if subreaper else 500)}"
+    t0 = time.monotonic()
+    r = run_fenced(f"(setsid {marker} &); echo started", tmp_path, 3)
+    left = _left(marker)
+    for pid in left:
+        os.kill(pid, 9)
+    assert not r.fences["pid_namespace"] and time.monotonic() - t0 < 60
+    if subreaper:
+        assert r.ok and "started" in r.output and r.fences["orphans_ended"] >= 1
+        assert left == [], f"processes outlived the command: {left}"
+    else:
+        assert left, "the control's daemon should have outlived the command"
+
+
+@ROOT_ONLY
+def test_without_root_the_command_gets_a_pid_namespace_of_a_user_namespace(tmp_path):
+    """A launcher without root's capabilities (only CAP_SETFCAP, which mapping its uid into a user
+    namespace needs) makes its PID, mount and network namespaces inside a user namespace of its own, and
+    the command gives up that namespace's capabilities: a daemon dies with it, and /proc shows nothing of
+    the host."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("no setpriv to start a process without capabilities")
+    marker = f"sleep {7000 + os.getpid() % 500}"
+    script = ("import json, sys\nfrom pathlib import Path\nfrom tasks.fence import run_fenced\n"
+              f"r = run_fenced(\"(setsid {marker} &); ls /proc | grep -c '^[0-9]'\", Path(sys.argv[1]), 20)\n"
+              "print(json.dumps({'out': r.output, 'fences': r.fences, 'ok': r.ok}))\n")
+    out = subprocess.run(["setpriv", "--bounding-set", "-all,+setfcap", "--inh-caps", "-all", "--ambient-caps", "-all",
+                          sys.executable, "-c", script, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    left = _left(marker)
+    for pid in left:
+        os.kill(pid, 9)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    fences = report["fences"]
+    if fences["namespaces_as"] == "":
+        pytest.skip("this kernel refuses a user namespace here")
+    assert report["ok"] and fences["namespaces_as"] == "user namespace", report
+    assert fences["pid_namespace"] and fences["private_proc"] and fences["network_namespace"], fences
+    assert fences["capabilities_dropped"] and fences["landlock"], fences
+    assert int(report["out"].split()[0]) <= 4 and left == [], (report, left)
+
+
+@ROOT_ONLY
+def test_a_command_that_writes_past_its_quota_is_killed(tmp_path):
+    """The quota counts what the command adds to its folder: 4 MiB past a 1 MiB quota ends it within
+    seconds (not at its time limit); the control writes 256 KiB and runs to its end."""
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "already.bin").write_bytes(b"x" * (2 << 20))  # what the folder held before counts for nothing
+    t0 = time.monotonic()
+    r = run_fenced("head -c 4194304 /dev/zero > big.bin; sleep 60; echo never", work, 90, disk_quota=1 << 20)
+    assert r.disk_exceeded and not r.ok and r.exit_code is None and "never" not in r.output
+    assert time.monotonic() - t0 < 45
+    r = run_fenced("head -c 262144 /dev/zero > small.bin; sleep 2; echo done", work, 90, disk_quota=1 << 20)
+    assert r.ok and not r.disk_exceeded and "done" in r.output
+
+
+def test_copies_a_killed_measurement_left_are_removed_and_live_ones_kept(tmp_path):
+    """A measurement holds a lock on its copies' folder while it lives; a later one removes folders of
+    ours that are old and unlocked, and leaves alone a locked one, a young one, a link and others' names."""
+    from tasks.measure import COPY_PREFIX, _held, remove_stale_copies
+    old = time.time() - 3600
+    folders = {name: tmp_path / f"{COPY_PREFIX}{name}" for name in ("dead", "live", "young")}
+    for folder in folders.values():
+        (folder / "baseline").mkdir(parents=True)
+    (tmp_path / "other-dead").mkdir()
+    (tmp_path / f"{COPY_PREFIX}link").symlink_to(tmp_path / "other-dead")
+    for path in (folders["dead"], folders["live"], tmp_path / "other-dead"):
+        os.utime(path, (old, old))
+    with _held(folders["live"]):
+        assert remove_stale_copies(tmp_path) == [f"{COPY_PREFIX}dead"]
+    assert not folders["dead"].exists() and folders["live"].exists() and folders["young"].exists()
+    assert (tmp_path / "other-dead").exists() and (tmp_path / f"{COPY_PREFIX}link").is_symlink()
+    assert remove_stale_copies(tmp_path) == [f"{COPY_PREFIX}live"]  # its measurement is gone now
 
 
 # --- measuring ----------------------------------------------------------------------------------------

@@ -157,11 +157,11 @@ def test_a_candidate_past_the_policy_finds_no_key_anywhere(tmp_path, setting):
 
 # --- orphans and scratch -------------------------------------------------------------------------
 def _children(pid: int) -> list[int]:
-    return [p for p, parent in isolation._parents().items() if parent == pid]
+    return [p for p, parent in isolation.parent_pids().items() if parent == pid]
 
 
 def _alive(pid: int) -> bool:
-    return pid in isolation._parents()  # zombies count as gone
+    return pid in isolation.parent_pids()  # zombies count as gone
 
 
 def test_judge_and_candidate_die_with_their_worker_and_leave_scratch_to_the_next(tmp_path):

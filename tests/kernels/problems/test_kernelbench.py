@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -521,6 +522,7 @@ def test_the_reference_file_is_allowed_beside_the_problem_process_quota(tmp_path
 
     problem = judge.RemoteFileProblem.__new__(judge.RemoteFileProblem)
     problem.proc, problem._count, problem._specs = Proc(), 0, {}
+    problem.spec = SimpleNamespace(name="t")
     problem.output_spec = lambda shape, dtype: ((3, 5), dtype)
 
     def reply(request, kind):
