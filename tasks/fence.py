@@ -46,7 +46,7 @@ class CommandResult:
     output: str  # stdout and stderr together, the tail past OUTPUT_CAP
     timed_out: bool = False
     disk_exceeded: bool = False  # killed for writing more than its quota beneath its working directory
-    fences: dict[str, bool] = field(default_factory=dict)
+    fences: dict[str, bool | int | str] = field(default_factory=dict)
     network_attempts: int = 0  # sockets to a network the command tried to open (each refused)
 
     @property
