@@ -34,7 +34,8 @@ def parse_spec(raw: Any) -> RunSpec:
 def check_origin(spec: RunSpec) -> None:
     """`carry` (the state so far) and `agent` are the workflow's own: set when a run continues as new, and
     on the agents a run starts. In a run anyone started they would be a state nobody judged (a best
-    kernel, a verdict): refused, as a bad input is."""
+    kernel, a verdict): refused, as a bad input is. So is an agent's workflow id (`<run>/agent-<i>`) on a
+    workflow that run did not start: its evaluations would count as the run's own."""
     info = workflow.info()
     if spec.carry is not None and info.continued_run_id is None and info.parent is None:
         raise ApplicationError("bad run input: carry: set by the workflow itself when it continues as new; leave "
@@ -42,6 +43,11 @@ def check_origin(spec: RunSpec) -> None:
     if spec.agent is not None and info.parent is None:
         raise ApplicationError("bad run input: agent: set by a run on the agents it starts; leave it out",
                                type="BadRunSpec", non_retryable=True)
+    root, sep, tail = info.workflow_id.rpartition(names.AGENT_ID_INFIX)
+    if sep and tail.isdigit() and (info.parent is None or info.parent.workflow_id != root):
+        # the evaluations recorded under an agent's id count as its run's own (workflows/evidence.py)
+        raise ApplicationError(f"bad run input: workflow id: ...{names.AGENT_ID_INFIX}{tail} names an agent of run {root[:80]!r}; "
+                               "only that run starts it", type="BadRunSpec", non_retryable=True)
 
 
 def parse_update(model: type[BaseModel], raw: Any, name: str) -> Any:

@@ -22,7 +22,7 @@ def run_ids(run: Run) -> list[str]:
         root, n = info.parent.workflow_id, run.spec.agent.of
     else:
         root, n = info.workflow_id, run.spec.agents
-    return [root] + [f"{root}/agent-{i}" for i in range(1, n + 1)] if n > 1 else [root]
+    return [root] + [names.agent_id(root, i) for i in range(1, n + 1)] if n > 1 else [root]
 
 
 async def recorded_verdict(run: Run, sha256: str | None) -> RecordedVerdict | None:

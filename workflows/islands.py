@@ -58,7 +58,7 @@ class Islands:
                 "agents": 1, "agent": AgentRole(index=i, of=n), "carry": carry,
                 "budgets": spec.budgets.model_copy(update={"hours": hours, "max_tool_calls": share}),
                 "eval": spec.eval.model_copy(update={"sweep_best": False})})  # the run checks its best once
-            cid = f"{wid}/agent-{i}"
+            cid = names.agent_id(wid, i)
             try:
                 handle = await workflow.start_child_workflow(names.WORKFLOW_TYPE, child, id=cid, result_type=RunReport,
                                                              static_summary=f"agent {i} of {n} in {wid}")

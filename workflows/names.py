@@ -9,6 +9,11 @@ WORKFLOW_TYPE = "KernelOptimization"
 SUITE_WORKFLOW_TYPE = "KernelSuite"  # workflows/suite.py: one KernelOptimization child per problem
 TASK_QUEUE = "marathon"  # the workflow, the model and the bookkeeping activities
 GPU_TASK_QUEUE = "marathon-gpu"  # compile/test/profile: one worker process per GPU
+AGENT_ID_INFIX = "/agent-"  # an agent's workflow id: <its run's id>/agent-<i>, i from 1
+
+
+def agent_id(run_id: str, i: int) -> str:
+    return f"{run_id}{AGENT_ID_INFIX}{i}"
 
 # activities on TASK_QUEUE
 PREPARE_RUN = "prepare_run"

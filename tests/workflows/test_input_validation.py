@@ -69,6 +69,13 @@ async def _bad_inputs(client, task_queues, tmp_path):
             assert isinstance(cause, ApplicationError) and cause.non_retryable, (raw, cause)
             assert cause.type == "BadRunSpec" and field in cause.message and "\n" not in cause.message, cause.message
         assert time.monotonic() - t0 < 30  # all of them, not each
+        # an agent's id on a workflow its run did not start: its verdicts would count as that run's own
+        victim = f"victim-{uuid.uuid4().hex[:10]}"
+        handle = await client.start_workflow(names.WORKFLOW_TYPE, GOOD, id=names.agent_id(victim, 2), task_queue=tq)
+        with pytest.raises(WorkflowFailureError) as info:
+            await asyncio.wait_for(handle.result(), 30)
+        cause = info.value.cause
+        assert cause.type == "BadRunSpec" and cause.non_retryable and "workflow id" in cause.message, cause.message
 
 
 def test_bad_update_payloads_are_rejected_and_the_run_goes_on(client, task_queues, tmp_path):
