@@ -87,10 +87,11 @@ class Settings(BaseModel):
                                                            "MARATHON_SANDBOX_LANDLOCK)")
     sandbox_landlock_exec: bool = Field(True, description="Landlock's program allowlist (with "
                                                           "MARATHON_SANDBOX_LANDLOCK)")
-    sandbox_pidns: bool = Field(True, description="a PID namespace per sandbox: whatever it starts ends "
-                                                  "with it")
-    sandbox_subreaper: bool = Field(True, description="the judge adopts what its sandboxes leave behind "
-                                                      "(a detached process whose parent died) and ends it")
+    sandbox_pidns: bool = Field(True, description="a PID namespace per sandbox and per task command: "
+                                                  "whatever it starts ends with it")
+    sandbox_subreaper: bool = Field(True, description="the judge (a task command's launcher) adopts what its "
+                                                      "sandboxes leave behind (a detached process whose parent "
+                                                      "died) and ends it")
     sandbox_netns: bool = Field(True, description="a network namespace per sandbox: no interface but a "
                                                   "down loopback")
     sandbox_drop_capabilities: bool = Field(True, description="the judge and the sandboxes give up root's "
@@ -103,7 +104,7 @@ class Settings(BaseModel):
     sandbox_max_processes: int = Field(16, ge=1, le=4096, description="processes a sandbox may have at "
                                        "once (ptxas and the C compiler while compiling)")
     sandbox_disk: int = Field(4 * GiB, ge=2**20, le=2**44, description="bytes a sandbox may write under "
-                              "its scratch folder")
+                              "its scratch folder (a task command: add to its copy of the task)")
     sandbox_memory: int | None = Field(None, ge=2**26, le=2**44, description="bytes of host memory a "
                                        "sandbox may use; default 12 GiB on the CPU, 48 GiB on a GPU")
     sandbox_address_space: int = Field(12 * GiB, ge=2**28, le=2**46, description="the candidate's "
