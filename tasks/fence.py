@@ -70,9 +70,11 @@ def task_env(workdir: Path, source: dict[str, str] | None = None) -> dict[str, s
 
 
 def run_fenced(command: str, workdir: Path, timeout_s: float, network: bool = False,
-               env: dict[str, str] | None = None, disk_quota: int | None = None) -> CommandResult:
+               env: dict[str, str] | None = None, disk_quota: int | None = None,
+               file_quota: int = isolation.MAX_FILES) -> CommandResult:
     """Run `command` with /bin/sh in `workdir`, fenced; never raises for what the command does. It may
-    add `disk_quota` bytes (default: the sandboxes' MARATHON_SANDBOX_DISK) to what `workdir` holds."""
+    add `disk_quota` bytes (default: the sandboxes' MARATHON_SANDBOX_DISK) and `file_quota` files to
+    what `workdir` holds."""
     workdir = Path(workdir).resolve()
     env = task_env(workdir) if env is None else env
     read_fd, write_fd = os.pipe()
@@ -80,7 +82,7 @@ def run_fenced(command: str, workdir: Path, timeout_s: float, network: bool = Fa
     quota = switches.sandbox_disk if disk_quota is None else disk_quota
     args = [sys.executable, "-m", "tasks.fence", str(write_fd), str(workdir), "1" if network else "0",
             repr(float(timeout_s)), "1" if switches.sandbox_pidns else "0", "1" if switches.sandbox_subreaper else "0",
-            str(int(quota)), command]
+            str(int(quota)), str(int(file_quota)), command]
     launcher_env = {"PATH": env.get("PATH", ""), "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
                     "TASK_ENV": json.dumps(env)}
     t0 = time.monotonic()
@@ -212,7 +214,7 @@ def _wait(pid: int, listener: int | None, attempts: list[int], over_quota) -> in
         os.close(pidfd)
 
 
-# --- the launcher (python -m tasks.fence FD WORKDIR NETWORK TIMEOUT PIDNS SUBREAPER QUOTA COMMAND) ---------------------------------
+# --- the launcher (python -m tasks.fence FD WORKDIR NETWORK TIMEOUT PIDNS SUBREAPER QUOTA FILES COMMAND) ---------------------------------
 def _unshare(flags: int) -> bool:
     return isolation.libc().unshare(flags) == 0
 
@@ -295,12 +297,15 @@ def _child(workdir: str, command: str, env: dict[str, str], mount_ns: bool, user
 
 def main(argv: list[str]) -> int:
     report_fd, workdir, network, timeout_s = int(argv[0]), argv[1], argv[2] == "1", float(argv[3])
-    pid_namespace, subreaper, quota, command = argv[4] == "1", argv[5] == "1", int(argv[6]), argv[7]
-    allowed = quota + isolation.disk_usage(workdir)  # what the folder held before, and the quota on top
+    pid_namespace, subreaper, quota, file_quota = argv[4] == "1", argv[5] == "1", int(argv[6]), int(argv[7])
+    command = argv[8]
+    held, files = isolation.disk_usage(workdir, cap=1 << 40)  # what the folder held before; the quotas on top
+    allowed, allowed_files = held + quota, files + file_quota
     disk_exceeded = []
 
     def over_quota() -> bool:
-        if isolation.disk_usage(workdir) > allowed:
+        used, count = isolation.disk_usage(workdir, cap=allowed_files)
+        if used > allowed or count > allowed_files:
             disk_exceeded.append(True)
         return bool(disk_exceeded)
 

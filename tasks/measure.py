@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from kernels.evaluator.confinement import scrub
+from kernels.evaluator.isolation import MAX_FILES
 from kernels.evaluator.verdict import MetricResult, Verdict
 from tasks import document as doc
 from tasks.fence import CommandResult, run_fenced
@@ -186,7 +187,8 @@ def remove_stale_copies(root: Path, older_than_s: float = STALE_AFTER_S) -> list
 def _ended(result: CommandResult) -> str:
     """How a command that failed ended, in a few words."""
     if result.disk_exceeded:
-        return "wrote more than its disk quota (MARATHON_SANDBOX_DISK) beneath its folder and was killed"
+        return (f"wrote more than its disk quota (MARATHON_SANDBOX_DISK bytes, or {MAX_FILES} files) beneath its "
+                "folder and was killed")
     return "timed out" if result.timed_out else f"exit {result.exit_code}"
 
 

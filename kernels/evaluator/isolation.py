@@ -472,26 +472,30 @@ def _stat(pid: int) -> list[bytes]:
     return stat[stat.rindex(b")") + 2:].split()
 
 
-def disk_usage(root: Path | str, cap: int = 100_000) -> int:
-    """Bytes of disk the files under `root` (or the file `root`) hold, links not followed; the first
-    `cap` files only, so that a tree of millions of files costs a bounded walk."""
+MAX_FILES = 100_000  # files a sandbox's scratch folder (a task command: what it adds) may hold
+
+
+def disk_usage(root: Path | str, cap: int = MAX_FILES) -> tuple[int, int]:
+    """(bytes of disk, files) under `root` (or the file `root`), links not followed. The walk stops past
+    `cap` files (then the count is cap + 1 and the bytes those seen): a tree of millions of files costs
+    a bounded walk, and its owner is told it has too many, never let past a quota unweighed."""
     root = Path(root)
     try:
         if not root.is_dir():
-            return root.lstat().st_blocks * 512
+            return root.lstat().st_blocks * 512, 1
     except OSError:
-        return 0
+        return 0, 0
     total, seen = 0, 0
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
             seen += 1
             if seen > cap:
-                return total
+                return total, seen
             try:
                 total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
             except OSError:
                 pass
-    return total
+    return total, seen
 
 
 def parent_pids() -> dict[int, int]:

@@ -287,7 +287,12 @@ class CandidateProcess:
             self.kill()
             raise Outcome("crashed", f"{self.WHO} used {rss / 2**30:.1f} GiB of host memory (limit "
                           f"{self.memory_cap / 2**30:.0f} GiB) and was killed")
-        used = isolation.disk_usage(self.workdir) + isolation.disk_usage(self.log_path) - self._allowed()
+        (scratch, files), (log, _) = isolation.disk_usage(self.workdir), isolation.disk_usage(self.log_path)
+        if files > isolation.MAX_FILES:
+            self.kill()
+            raise Outcome("rejected", f"{self.WHO} made more than {isolation.MAX_FILES} files under its scratch "
+                          "directory and was killed")
+        used = scratch + log - self._allowed()
         if used > limits.sandbox_disk:
             self.kill()
             raise Outcome("rejected", f"{self.WHO} wrote {used / 2**20:.0f} MiB under its scratch directory "

@@ -204,6 +204,11 @@ def test_a_command_that_writes_past_its_quota_is_killed(tmp_path):
     assert time.monotonic() - t0 < 45
     r = run_fenced("head -c 262144 /dev/zero > small.bin; sleep 2; echo done", work, 90, disk_quota=1 << 20)
     assert r.ok and not r.disk_exceeded and "done" in r.output
+    # files count too: a walk that stopped at its cap would miss the bytes past it
+    r = run_fenced("mkdir many; cd many; seq 1 300 | xargs touch; sleep 60; echo never", work, 90, file_quota=100)
+    assert r.disk_exceeded and "never" not in r.output
+    r = run_fenced("mkdir few; cd few; seq 1 50 | xargs touch; sleep 2; echo done", work, 90, file_quota=100)
+    assert r.ok and not r.disk_exceeded
 
 
 def test_copies_a_killed_measurement_left_are_removed_and_live_ones_kept(tmp_path):
