@@ -99,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from kernels.evaluator.result_record import Host, ResultRecord
 
+    def git(*a: str, cwd: Path) -> str | None:
+        r = subprocess.run(["git", *a], cwd=cwd, capture_output=True, text=True)
+        return r.stdout.strip() or None if r.returncode == 0 else None
+
+    # the code that runs is the commit checked out when the sweep starts (read now, not at the end)
+    commit = git("rev-parse", "HEAD", cwd=ROOT)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     files: dict[str, dict] = {}
     for path in sample(folders, args.count, seed):
@@ -109,10 +115,6 @@ def main(argv: list[str] | None = None) -> int:
     passed = sum(r["status"] == "ok" for r in files.values())
     print(f"{passed}/{len(files)} files: exit 0 and every reference call ok")
 
-    def git(*a: str, cwd: Path) -> str | None:
-        r = subprocess.run(["git", *a], cwd=cwd, capture_output=True, text=True)
-        return r.stdout.strip() or None if r.returncode == 0 else None
-
     kb_commit = args.revision or git("rev-parse", "HEAD", cwd=args.root)
     command = (f"python bench/kernelbench_sample.py --root KERNELBENCH --count {args.count} --seed {seed}"
                + (f" --timeout {args.timeout:g}" if args.timeout != 600.0 else ""))
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--json` exits 0 with every reference call ok",
         host=Host(gpu="cpu", driver=None, torch=torch.__version__, triton=triton.__version__,
                   python=platform.python_version(), baseline_libraries={}),
-        command=command, date=started, commit=git("rev-parse", "HEAD", cwd=ROOT),
+        command=command, date=started, commit=commit,
         figures={"kernelbench_commit": kb_commit, "seed": seed, "files_sampled": len(files), "passed": passed,
                  "failed": len(files) - passed, "timeout_s": args.timeout, "files": files})
     out_path.parent.mkdir(parents=True, exist_ok=True)
