@@ -57,6 +57,9 @@ HOSTILE_ITEMS = [
     item("mla_side_stream", "rejected", "on a stream other than the caller's", env=BYPASS),
     item("mla_side_stream", "rejected", "torch.cuda.Stream"),
     item("mla_illegal_address", "crashed"),
+    item("mla_gpu_host_memory", "crashed"),  # ok here: the GPU reads the process's host memory (HMM)
+    item("mla_config_compile_option", "rejected", "compile options"),
+    item("mla_other_gpu", "crashed", "invalid device ordinal"),
     item("mla_endless_kernel_loop", "timeout", "wall-clock limit", timeout=25),
     item("mla_replay_decoy", "incorrect", "outputs of timed calls are re-checked", mode="full"),
     item("mla_replay_idle", "rejected", "launched none of the candidate's kernels", mode="full"),

@@ -209,6 +209,7 @@ CASES = [
     Case("mla_fork_bomb", "rejected", "processes", bypass=True, env=(("MARATHON_SANDBOX_SECCOMP", "0"),) + SEAL_OFF),
     Case("mla_gpu_memory_bomb", "crashed", "out of memory", cuda=True),
     Case("mla_illegal_address", "crashed", "", cuda=True),
+    Case("mla_gpu_host_memory", "crashed", "", cuda=True),  # an HMM machine would say otherwise
     # secrets and network (more in the dedicated tests below)
     Case("mla_read_secrets", reason="imports 'os'", **S),
     Case("mla_snoop_everything", reason="imports 'os'", **S),  # run time: tests/kernels/evaluator/test_confinement.py
