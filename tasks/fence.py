@@ -30,7 +30,6 @@ from pathlib import Path
 from kernels.evaluator import confinement, isolation
 from kernels.settings import settings
 
-CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x4000, 1 << 18, 2, 4, 8
 OUTPUT_CAP = 256 * 1024  # bytes of a command's output kept (its tail)
 ENV_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM")
@@ -214,51 +213,19 @@ def _wait(pid: int, listener: int | None, attempts: list[int], over_quota) -> in
         os.close(pidfd)
 
 
-# --- the launcher (python -m tasks.fence FD WORKDIR NETWORK TIMEOUT PIDNS SUBREAPER QUOTA FILES COMMAND) ---------------------------------
+# --- the launcher (python -m tasks.fence FD WORKDIR NETWORK TIMEOUT PIDNS SUBREAPER QUOTA FILES COMMAND)
 def _unshare(flags: int) -> bool:
     return isolation.libc().unshare(flags) == 0
 
 
 def _namespaces(pid_namespace: bool, network: bool) -> dict[str, bool | str]:
-    """The launcher's namespaces, which its next child enters: a PID namespace (as root, or inside a user
-    namespace of its own without root, where the kernel allows one) with a mount namespace, and a network
-    namespace unless the command may use the network."""
-    how, mounts = "", False
-    if pid_namespace:
-        for who in ("root", "user namespace"):
-            if who == "user namespace" and not isolation.own_user_namespace():
-                break
-            if _unshare(CLONE_NEWPID | CLONE_NEWNS):
-                how, mounts = who, True
-            elif _unshare(CLONE_NEWPID):
-                how = who
-            if how:
-                break
+    """The launcher's namespaces, which its next child enters: a PID namespace with a mount namespace
+    (isolation.unshare_pid_namespace), and a network namespace unless the command may use the network."""
+    how, mounts = isolation.unshare_pid_namespace() if pid_namespace else ("", False)
     facts: dict[str, bool | str] = {"pid_namespace": bool(how), "mount_namespace": mounts, "namespaces_as": how}
     if not network:
-        facts["network_namespace"] = (bool(how) or os.geteuid() == 0) and _unshare(CLONE_NEWNET)
+        facts["network_namespace"] = (bool(how) or os.geteuid() == 0) and _unshare(isolation.CLONE_NEWNET)
     return facts
-
-
-def _end_orphans(command_pid: int) -> int:
-    """Without a PID namespace, what the command left running (a daemon that called setsid) has come to
-    the launcher, its subreaper, as its parents ended: kill each with all below it, and reap them. The
-    launcher starts nothing but the command, so every child of its left is such an orphan."""
-    me, ended = os.getpid(), set()
-    for _ in range(20):
-        orphans = [pid for pid, ppid in isolation.parent_pids().items() if ppid == me and pid != command_pid]
-        if not orphans:
-            break
-        for pid in orphans:
-            isolation.kill_tree(pid, "", orphans=False)
-        ended.update(orphans)
-        while True:
-            try:
-                if not os.waitpid(-1, os.WNOHANG)[0]:
-                    break
-            except ChildProcessError:
-                break
-    return len(ended)
 
 
 def _private_proc() -> bool:
@@ -348,8 +315,9 @@ def main(argv: list[str]) -> int:
     status = _wait(pid, listener, attempts, over_quota)  # retried by Python after the alarm's handler
     wall = time.monotonic() - t0
     signal.setitimer(signal.ITIMER_REAL, 0)
-    if fences["subreaper"]:
-        fences["orphans_ended"] = _end_orphans(pid)
+    if fences["subreaper"]:  # without a PID namespace, what the command left came here: the launcher runs
+        # nothing but the command, so every child of its left is such an orphan, in its session or not
+        fences["orphans_ended"] = isolation.end_adopted({pid}, any_session=True)
     if listener is not None:
         os.close(listener)
     with os.fdopen(fences_r) as f:

@@ -123,6 +123,21 @@ def own_user_namespace() -> bool:
     return True
 
 
+def unshare_pid_namespace() -> tuple[str, bool]:
+    """A new PID namespace (and a mount namespace with it, where one can be made) for this process's
+    next child: as root, or else inside a user namespace of its own. Returns how it was made ("root",
+    "user namespace", or "" when none could be) and whether the mount namespace was."""
+    lc = libc()
+    for who in ("root", "user namespace"):
+        if who == "user namespace" and not own_user_namespace():
+            break
+        if lc.unshare(CLONE_NEWPID | CLONE_NEWNS) == 0:
+            return who, True
+        if lc.unshare(CLONE_NEWPID) == 0:
+            return who, False
+    return "", False
+
+
 def enter_pid_namespace() -> str:
     """Makes the rest of this program run as PID 1 of a new PID namespace: when it exits, the kernel
     kills every process left in the namespace, whatever it did to leave its process group or session.
@@ -138,17 +153,7 @@ def enter_pid_namespace() -> str:
 
     Returns how the namespace was made ("root", or "user namespace" without root) in the child, or ""
     in this process when no namespace could be made (then nothing forks)."""
-    lc = libc()
-    how, mounts = "", False
-    for who in ("root", "user namespace"):
-        if who == "user namespace" and not own_user_namespace():
-            break
-        if lc.unshare(CLONE_NEWPID | CLONE_NEWNS) == 0:
-            how, mounts = who, True
-        elif lc.unshare(CLONE_NEWPID) == 0:
-            how = who
-        if how:
-            break
+    how, mounts = unshare_pid_namespace()
     if not how:
         return ""
     sys.stdout.flush()
@@ -547,29 +552,29 @@ def become_subreaper() -> bool:
         return False
 
 
-def adopted(keep: set[int]) -> list[int]:
+def adopted(keep: set[int], any_session: bool = False) -> list[int]:
     """This process's living children that it did not start as sandboxes (`keep`) and that left its
     session: orphans a subreaper took in. Children it runs itself (nvidia-smi, a compiler) share its
-    session and are left alone."""
+    session and are left alone; with `any_session` (a process that runs nothing else) they count too."""
     me, mine = os.getpid(), os.getsid(0)
     out = []
     for pid, ppid in parent_pids().items():
         if ppid != me or pid in keep:
             continue
         try:
-            if int(_stat(pid)[3]) != mine:
+            if any_session or int(_stat(pid)[3]) != mine:
                 out.append(pid)
         except (OSError, ValueError, IndexError):
             continue
     return out
 
 
-def end_adopted(keep: set[int], rounds: int = 20) -> int:
-    """Kill every adopted orphan and all below it, until none is left, and reap them (they are this
-    process's children now). Returns how many orphans were found."""
+def end_adopted(keep: set[int], rounds: int = 20, any_session: bool = False) -> int:
+    """Kill every adopted orphan (adopted()) and all below it, until none is left, and reap them (they are
+    this process's children now). Returns how many orphans were found."""
     ended: set[int] = set()
     for _ in range(rounds):
-        orphans = adopted(keep)
+        orphans = adopted(keep, any_session)
         if not orphans:
             break
         for pid in orphans:
