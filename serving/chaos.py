@@ -39,7 +39,7 @@ import worker as worker_module
 from activities.artifacts import ArtifactStore, sha256_text
 from kernels.problems.spec import get_problem, resolve_kernel
 from kernels.problems.tunables import with_config
-from serving.dev_server import DevServer, free_port
+from serving.dev_server import DevServer
 from serving.scripted_model import FakeOpenAI, Reply, completion, error
 from workflows import names
 from workflows.models import Budgets, EvalSettings, ModelSettings, RunReport, RunSpec, RunStatus, ToolCallRecord
@@ -126,7 +126,7 @@ class Cluster:
 
     def __init__(self, state: Path, env: dict[str, str]) -> None:
         self.state, self.env = state, env
-        self.port = free_port()
+        self.port: int | None = None  # the server's first start picks it (again, if it was taken); restarts keep it
         tag = uuid.uuid4().hex[:8]
         self.tq, self.gq = f"chaos-{tag}", f"chaos-{tag}-gpu"
         self.server: DevServer | None = None
@@ -144,6 +144,7 @@ class Cluster:
     def start_server(self) -> None:
         self.server = DevServer(port=self.port, db=self.state / "temporal.db",
                                               log=self.state / "temporal.log").start()
+        self.port = self.server.port
 
     def _spawn(self, queue: str) -> subprocess.Popen:
         return spawn_worker(self.address, self.tq, self.gq, self.state / "artifacts", queue=queue, env=self.env,
