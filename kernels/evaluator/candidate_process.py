@@ -125,18 +125,11 @@ def _odd_arg(value) -> str | None:
     return f"{type(value).__module__}.{type(value).__qualname__}"
 
 
-# Keywords a launch may take besides the kernel's own parameters: the launch settings. Any other
-# keyword is one of Triton's compile options, some of which reach past the kernel's source (ir_override
-# and extern_libs load files by path in place of or beside its code, ptx_options is ptxas's command
-# line), whether passed at the launch or in a triton.Config's dict (the autotuner passes those as keywords).
-LAUNCH_OPTIONS = frozenset({"grid", "warmup", "num_warps", "num_stages", "num_ctas", "maxnreg"})
-
-
 def _options(fn, kwargs: dict) -> list[str]:
     """The keywords of a launch that are neither the kernel's parameters nor launch settings."""
     params = getattr(fn, "arg_names", None)
     params = frozenset(p for p in params if isinstance(p, str)) if isinstance(params, (list, tuple)) else frozenset()
-    return sorted(k for k in kwargs if k not in LAUNCH_OPTIONS and k not in params)
+    return sorted(k for k in kwargs if k not in protocol.LAUNCH_OPTIONS and k not in params)
 
 
 def _tensor_ranges(values, out: list) -> list:

@@ -1243,9 +1243,10 @@ class Judge:
                           f"({'; '.join(odd)}): its methods could run the answer inside the launch")
         options = sorted({k for c in everything for k in c.options})
         if options:
+            settings = ", ".join(sorted(protocol.LAUNCH_OPTIONS - {"grid", "warmup"}))
             raise Outcome("rejected", f"a kernel launch passed compile options{when} ({'; '.join(options)}): a launch "
-                          "takes the kernel's parameters and num_warps, num_stages, num_ctas, maxnreg; other options "
-                          "reach Triton's compiler (files loaded by path in place of the kernel, ptxas's command line)")
+                          f"takes the kernel's parameters and {settings}; other options reach Triton's compiler "
+                          "(files loaded by path in place of the kernel, ptxas's command line)")
         if outside.kernels:
             raise Outcome("rejected", f"the candidate's kernels ran outside its calls{when} "
                           f"({', '.join(sorted(set(outside.kernels)))}): work deferred out of the clock")

@@ -338,6 +338,16 @@ class EndRecord(Record):
     problems: Annotated[list[Name], Field(max_length=64)]  # what the call left altered
 
 
+# Keywords a launch may take besides the kernel's own parameters: the launch settings (how many warps,
+# stages, CTAs and registers; a programmatic dependent launch or a cooperative grid on NVIDIA GPUs, which
+# the tuned kernels use). Any other keyword is one of Triton's compile options, some of which reach past
+# the kernel's source (ir_override and extern_libs load files by path in place of or beside its code,
+# ptx_options is ptxas's command line), whether passed at the launch or in a triton.Config's dict (the
+# autotuner passes those as keywords).
+LAUNCH_OPTIONS = frozenset({"grid", "warmup", "num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl",
+                            "launch_cooperative_grid"})
+
+
 class LaunchRecord(Record):
     kind: Literal["rec"] = "rec"
     what: Literal["launch"] = "launch"
@@ -345,7 +355,7 @@ class LaunchRecord(Record):
     own: bool  # defined in the candidate's module
     side: bool  # launched on a stream other than the call's
     odd: Annotated[list[Name], Field(max_length=4096)]  # arguments of types a launch may not take
-    options: Annotated[list[Name], Field(max_length=4096)] = []  # keywords that are compile options, not parameters
+    options: Annotated[list[Name], Field(max_length=4096)] = []  # keywords neither parameters nor LAUNCH_OPTIONS
 
 
 class OpRecord(Record):

@@ -5,8 +5,8 @@ command line); the static policy checks Config's keywords, not its dict's keys. 
 is then whatever the file holds, under the candidate's kernel's name (the interpreter ignores the
 option: on the CPU the honest kernel runs and would be ok).
 Defence: the sandbox records every launch's keywords; a keyword that is neither one of the kernel's
-parameters nor a launch setting (num_warps, num_stages, num_ctas, maxnreg) is refused and the
-launch not made.
+parameters nor a launch setting (num_warps, num_stages, num_ctas, maxnreg, launch_pdl,
+launch_cooperative_grid) is refused and the launch not made.
 Expected: rejected ("compile options")."""
 import torch
 import triton
