@@ -36,7 +36,8 @@ from kernels.evaluator.protocol import (ArmedReply, BeginRecord, CalledReply, Ca
 
 CANDIDATE_MODULE = "candidate"
 # aten ops that only allocate, move, view or cast data: everything else is computation, which must
-# happen in the candidate's own Triton kernels.
+# happen in the candidate's own Triton kernels. A tensor's values read into Python (item, float, int,
+# bool, an index: aten._local_scalar_dense) are not among them: the launcher's Python would compute.
 DATA_MOVEMENT_OPS = frozenset({
     "empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided",
     "zeros", "zeros_like", "new_zeros", "full", "full_like", "new_full", "ones", "ones_like",
@@ -44,7 +45,7 @@ DATA_MOVEMENT_OPS = frozenset({
     "permute", "transpose", "t", "expand", "unsqueeze", "squeeze", "select", "slice", "split",
     "split_with_sizes", "chunk", "unbind", "narrow", "contiguous", "clone", "copy_", "_to_copy",
     "to", "detach", "alias", "lift_fresh", "lift_fresh_copy", "view_as", "flatten", "unflatten",
-    "_local_scalar_dense", "arange", "record_stream", "sym_size", "sym_stride", "sym_numel",
+    "arange", "record_stream", "sym_size", "sym_stride", "sym_numel",
     "sym_storage_offset", "is_contiguous", "is_same_size", "dim", "numel", "size", "stride", "set_",
 })
 # Allocations whose memory the candidate gets uninitialised: filled with the call's poison byte.

@@ -153,7 +153,7 @@ HOST_ATTRIBUTES = frozenset({
     "clone", "copy_", "to", "float", "half", "bfloat16", "double", "int", "long", "bool", "detach", "fill_", "zero_",
     "new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided", "as_strided", "size", "stride", "shape",
     "dtype", "device", "numel", "dim", "ndim", "element_size", "itemsize", "nbytes", "is_contiguous", "is_cuda",
-    "is_floating_point", "data_ptr", "storage_offset", "item", "tolist", "data", "requires_grad",
+    "is_floating_point", "data_ptr", "storage_offset", "data", "requires_grad",
     # torch.device, torch.dtype, finfo/iinfo, device properties
     "type", "index", "is_floating_point", "is_signed", "max", "min", "eps", "tiny", "bits",
     "multi_processor_count", "total_memory", "major", "minor", "warp_size", "max_threads_per_multi_processor",
@@ -230,14 +230,15 @@ def _public(names) -> set[str]:
     return {n for n in names if not n.startswith("_")}
 
 
-# Names that hand out something other than tensors and numbers (a tensor's storage, numpy arrays and
-# their raw pointers, autograd graph nodes and hooks, subclass views; an exception's failed object):
+# Names that hand out what a launcher must not hold (a tensor's storage, numpy arrays and their raw
+# pointers, its values as Python numbers, which its Python could compute with; autograd graph nodes and
+# hooks, subclass views; an exception's failed object):
 # a candidate's own attribute may not take one, or it could name them on such a value. (Its computing methods are left to the run-time
 # monitor: an own attribute called `norm` lets x.norm() pass here and be rejected there.)
 TENSOR_ESCAPES = frozenset({
     "numpy", "untyped_storage", "storage", "storage_type", "set_", "resize_", "resize_as_", "share_memory_",
     "pin_memory", "is_pinned", "register_hook", "register_post_accumulate_grad_hook", "grad_fn", "grad",
-    "backward", "retain_grad", "apply_", "map_", "map2_", "as_subclass", "new", "record_stream", "tolist",
+    "backward", "retain_grad", "apply_", "map_", "map2_", "as_subclass", "new", "record_stream", "tolist", "item",
     "obj",  # AttributeError.obj: the object a lookup inside a library failed on
 })
 

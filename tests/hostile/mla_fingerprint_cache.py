@@ -1,8 +1,10 @@
-"""Caching keyed on an input fingerprint (a few values read back with .item(), which torch allows):
-a repeated input is answered from the cache, without launching anything. Defence: the no-op check
-(the same inputs with the candidate's kernels disabled must give another output) catches every
-cache hit; and timed calls never repeat values, so such a cache could not hit there anyway.
-Expected: rejected ("did not change with the candidate's Triton kernels disabled")."""
+"""Caching keyed on an input fingerprint (a few values read back with .item()): a repeated input is
+answered from the cache, without launching anything. Defence: tensor values never reach the
+launcher's Python (the policy refuses .item(); at run time the torch-op monitor records
+aten._local_scalar_dense, however the value is read); past both, the no-op check (the same inputs
+with the candidate's kernels disabled must give another output) catches every cache hit, and timed
+calls never repeat values, so such a cache could not hit there anyway.
+Expected: rejected ("attribute 'item'")."""
 import torch
 import triton
 import triton.language as tl

@@ -2,7 +2,7 @@
 memory for the GPU (HMM), a pointer argument plus an offset reaches any object of the sandbox's
 process (an object's address is its default hash), past the seal, which sees no audit event; a store
 there could patch the harness or the seal's hook list. This kernel only reads a function's object
-header into its log, then computes the answer honestly.
+header into a tensor, then computes the answer honestly.
 Defence: without HMM the access faults (the sandbox crashes and only the sandbox); with HMM none yet
 (bench/hostile_gpu.py runs this kernel to find out which a machine is).
 Expected: crashed (an illegal memory access; on the GPU only)."""
@@ -69,7 +69,6 @@ def mla_decode(q: torch.Tensor, kv: torch.Tensor, scale: float) -> torch.Tensor:
     if q.device.type == "cuda":  # a GPU tensor's pointer plus the distance to this function's header
         seen = torch.zeros(2, dtype=torch.int64, device=q.device)
         _peek[(1,)](seen, seen, (_address(mla_decode) - seen.data_ptr()) // 8)
-        print("host memory read by a GPU kernel (a refcount, a type's address):", seen.tolist())
     B, H, D = q.shape
     S = kv.shape[1]
     q, kv = q.contiguous(), kv.contiguous()

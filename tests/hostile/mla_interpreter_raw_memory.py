@@ -69,7 +69,7 @@ def mla_decode(q: torch.Tensor, kv: torch.Tensor, scale: float) -> torch.Tensor:
     if q.device.type == "cpu":  # the interpreter's loads are the host's memory: read this function's header
         seen = torch.zeros(2, dtype=torch.int64)
         _peek[(1,)](seen, seen, (_address(mla_decode) - seen.data_ptr()) // 8)
-        print("object header read by a kernel:", seen.tolist())
+        print("object header read by a kernel:", seen)
     B, H, D = q.shape
     S = kv.shape[1]
     q, kv = q.contiguous(), kv.contiguous()
