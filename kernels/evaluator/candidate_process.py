@@ -242,9 +242,12 @@ def _wrap_threads(recorder: Recorder) -> None:
 
 
 # Triton's benchmarking of autotuning configurations: its own torch use (cache flushes, statistics)
-# is not the candidate's; (file suffix, function) of the frames that mark it.
+# is not the candidate's; (file suffix, function) of the frames that make it. Only an op such a frame
+# makes itself counts (seal.stack_owner): the launch it times, and everything that runs in it, is the
+# candidate's.
 TRITON_BENCH = (("triton/testing.py", "do_bench"), ("triton/testing.py", "do_bench_cudagraph"),
-                ("triton/runtime/autotuner.py", "_bench"))
+                ("triton/testing.py", "_summarize_statistics"), ("triton/runtime/autotuner.py", "_bench"),
+                ("driver.py", "get_empty_cache_for_benchmark"), ("driver.py", "clear_cache"))
 
 
 def make_monitor(recorder: Recorder, probe: torch.Tensor):

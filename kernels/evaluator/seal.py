@@ -388,14 +388,18 @@ def install(*, candidate_file: str, scratch: str, workdir: str, triton_cache: st
             stop("import", f"of {name if _type(name) is _str else 'a module'} by candidate code")
 
     def stack_owner(frame, bench):
-        """For the torch-op monitor: 'candidate', 'triton-bench' (Triton benchmarking configurations:
-        a frame of `bench`, (file suffix, function name) pairs, between the op and any candidate frame),
-        'triton', or None. Walks with the hook's own events skipped."""
+        """For the torch-op monitor: 'candidate', 'triton-bench' (an op made by Triton's benchmarking
+        itself: the nearest frame outside torch is one of `bench`, (file suffix, function name) pairs),
+        'triton', or None. What a benchmarking function calls back into (the launch it times, and in it
+        the heuristics, the grid, whatever callables the candidate handed over, builtins and partials
+        included, which leave no frame of their own) is not the benchmarking's: past such a frame the
+        walk goes on to the candidate's launcher. Walks with the hook's own events skipped."""
         me = get_ident()
         nested = me in busy
         busy.add(me)
         try:
             seen_triton = False
+            direct = True  # only torch's own frames so far
             depth = 0
             while frame is not None and depth < 400:
                 if _type(frame) is not frame_type:
@@ -406,9 +410,12 @@ def install(*, candidate_file: str, scratch: str, workdir: str, triton_cache: st
                     return UNTRUSTED
                 if cat is TRITON:
                     seen_triton = True
-                    for suffix, name in bench:
-                        if code.co_name == name and code.co_filename.endswith(suffix):
-                            return "triton-bench"
+                    if direct:
+                        for suffix, name in bench:
+                            if code.co_name == name and code.co_filename.endswith(suffix):
+                                return "triton-bench"
+                if cat is not TORCH:
+                    direct = False
                 frame = frame.f_back
                 depth += 1
             return TRITON if seen_triton else None

@@ -119,6 +119,21 @@ def test_stack_owner_tells_the_candidate_from_triton_benchmarking(tmp_path):
     import sys as _sys
     assert s.stack_owner(bench(lambda: _sys._getframe()), marks) == "candidate"  # the lambda is this file's: untrusted
     assert s.stack_owner(bench(_sys._getframe), marks) == "triton-bench"
+    # what the benchmarking calls back into is the launch it times: an autotuner's heuristics (Triton's
+    # frame) calling a builtin or a partial the candidate handed over (no frame of its own) belong to the
+    # candidate's launcher further out, not to the benchmarking
+    run = _as_candidate(os.path.join(os.path.dirname(triton.__file__), "runtime", "autotuner.py"), """
+        def run(heuristic):
+            return heuristic()
+    """)["run"]
+    launcher = _as_candidate(cand, """
+        def launch(go):
+            return go()
+    """)["launch"]
+    import functools
+    heuristic = functools.partial(run, _sys._getframe)
+    assert s.stack_owner(launcher(functools.partial(bench, heuristic)), marks) == "candidate"
+    assert s.stack_owner(launcher(functools.partial(bench, _sys._getframe)), marks) == "triton-bench"
 
 
 HOOKED = """
