@@ -508,7 +508,9 @@ class CandidateServer:
     def time(self, cmd: protocol.TimeRequest) -> TimedReply:
         """Timed calls on fresh inputs: `slots` sets of buffers at addresses no check call saw, each
         refilled with new values (a fresh seed) before every call, outside the clock. Every output
-        is kept, so that the judge can re-check the ones it picks afterwards; past `keep_bytes` (the
+        is kept, as it was when its call returned (a copy, taken outside the clock: what a later call
+        writes into an earlier call's tensor is not that call's answer), so that the judge can
+        re-check the ones it picks afterwards; past `keep_bytes` (the
         file problems' own sizes on a GPU) a uniform random sample of them (reservoir sampling, each
         call's draw made after it returned, from the system's entropy: a call cannot know whether it
         will be kept), and the reply says which."""
@@ -522,10 +524,11 @@ class CandidateServer:
         self.keep.clear()
         seeds: dict[int, int] = {}
         kept_ptrs: dict[int, int] = {}  # storage pointer -> the call whose kept output holds it
+        returned: dict[int, torch.Tensor] = {}  # the kept calls' own tensors: their memory stays theirs
         facts = {"threads_alive": [], "output_problem": None}
         keep_bytes = cmd.keep_bytes
         out_bytes = math.prod(expected_shape) * dtype.itemsize
-        room = None if keep_bytes is None else max(2, int(keep_bytes) // max(out_bytes, 1))
+        room = None if keep_bytes is None else max(2, int(keep_bytes) // max(2 * out_bytes, 1))  # copy and tensor
         seen = [0]
 
         def keep(i: int) -> bool:
@@ -537,6 +540,7 @@ class CandidateServer:
                 return False
             victim = list(self.timed)[secrets.randbelow(len(self.timed))]
             del self.timed[victim]
+            returned.pop(victim, None)
             for ptr, j in list(kept_ptrs.items()):
                 if j == victim:  # its memory may come back to a later output: no longer "an earlier output's"
                     del kept_ptrs[ptr]
@@ -569,7 +573,8 @@ class CandidateServer:
             if problem is None and keep(i):
                 if not copy:
                     kept_ptrs[out.untyped_storage().data_ptr()] = i
-                self.timed[i] = out.detach().clone() if copy else out
+                    returned[i] = out
+                self.timed[i] = out.detach().clone()
 
         result = timing.time_fn(self.fn, [], self.device, cmd.reps, cmd.warmup,
                                 prepare=prepare, record=record, around=self.around,
