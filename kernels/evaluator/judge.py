@@ -176,6 +176,20 @@ def _probe_fences(device: str) -> dict:
                               + "; ".join(failures)[:300] + ")"}
 
 
+# Seeds come from three disjoint ranges (correctness, timing, the judge's clock), each draw one of 2**57
+# multiples of 3 (seed % 3 picks a case in some problems; consecutive seeds cycle them): a candidate that
+# sees one call's inputs cannot search the seed space for the ones that made them, and so cannot predict
+# the next call's inputs and prepare its answer ahead of the clock.
+CORRECTNESS_SEEDS, TIMING_SEEDS, CLOCKED_SEEDS = 0, 2**59, 2**60
+SEED_DRAWS = 2**57
+
+
+def fresh_seed(start: int) -> int:
+    """A seed of the range that begins at `start`, never seen before in practice; the calls of one
+    evaluation add at most a few thousand to it, staying inside the range."""
+    return start + 3 * secrets.randbelow(SEED_DRAWS)
+
+
 # The sandboxes' own processes this judge started and has not ended yet (what end_adopted spares), and
 # whether this judge adopts orphans (isolation.become_subreaper; MARATHON_SANDBOX_SUBREAPER=0: not).
 SANDBOX_ROOTS: set[int] = set()
@@ -847,7 +861,7 @@ class Judge:
         self.reps = max(req.reps or (30 if cuda else 3), 20 if cuda else 1)
         self.warmup = req.warmup if req.warmup is not None else (5 if cuda else 1)
         # fresh seeds every evaluation, so no candidate can know its inputs; seed % 3 keeps the cases
-        self.seed_base = 3 * secrets.randbelow(2**20)
+        self.seed_base = fresh_seed(CORRECTNESS_SEEDS)
         self.rng = random.Random(secrets.randbits(64))
         self.remote = isinstance(self.reference, RemoteFileProblem)
         self.file_facts: FileFacts | None = None  # a file problem's, once its process has told them
@@ -1291,7 +1305,7 @@ class Judge:
         `input_sets`: a shipped problem's correctness inputs, or a file problem's seeds (its baselines'
         inputs are made in its process)."""
         slots = 2
-        seed0 = 3 * secrets.randbelow(2**20) + 2**22  # never a correctness seed
+        seed0 = fresh_seed(TIMING_SEEDS)
         cuda = self.device == "cuda"
         if cuda:
             with self._phase("gpu_wait"):
@@ -1458,7 +1472,7 @@ class Judge:
             pings.append((time.perf_counter() - t0) * 1e6)
         per_call, graphed = [], True
         for batch in range(CLOCKED_BATCHES if cuda else 1):
-            seed0 = 3 * secrets.randbelow(2**20) + 2**24  # neither a correctness nor a timing seed
+            seed0 = fresh_seed(CLOCKED_SEEDS)
             capture_seeds, seeds = [seed0 + k for k in range(n)], [seed0 + n + k for k in range(n)]
             index = CLOCKED_INDEX + batch * 4 * CLOCKED_CALLS
             draw = lambda: secrets.randbelow(timing.DIGEST_MODULUS - 1) + 1  # noqa: E731

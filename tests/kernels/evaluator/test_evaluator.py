@@ -211,3 +211,15 @@ def test_probe_lengths_favour_short_sequences():
 
     assert 0.14 < short(log_draws) < 0.28, short(log_draws)  # ln(65/17) / ln(1501/2) = 0.20
     assert short(uniform_draws) < 0.06
+
+
+def test_seed_ranges_are_wide_and_disjoint():
+    """Each evaluation draws its correctness, timing and clock seeds from ranges that never meet (one
+    evaluation adds a few thousand to a draw) and are too wide to search from a call's inputs."""
+    from kernels.evaluator import judge, protocol
+    starts = [judge.CORRECTNESS_SEEDS, judge.TIMING_SEEDS, judge.CLOCKED_SEEDS]
+    ends = [s + 3 * (judge.SEED_DRAWS - 1) + 100_000 for s in starts]
+    assert all(end < nxt for end, nxt in zip(ends, starts[1:])) and ends[-1] <= protocol.MAX_SEED
+    assert judge.SEED_DRAWS >= 2**48
+    draws = [judge.fresh_seed(judge.TIMING_SEEDS) for _ in range(50)]
+    assert len(set(draws)) == 50 and all(judge.TIMING_SEEDS <= d < ends[1] and d % 3 == draws[0] % 3 for d in draws)
