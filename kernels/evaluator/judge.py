@@ -65,6 +65,9 @@ POLL_S = 0.25  # how often the judge looks at the sandbox's processes, memory an
 # different fills of fresh memory to count as "depends on uninitialised memory" rather than as
 # run-to-run noise (atomics): far above rounding, far below what poison (NaN, ~6e4, ~1e36) gives.
 REPRODUCIBLE_FRAC = 1e-3
+# what an output may be: real values (a problem's floating output comes in the inputs' dtype)
+JUDGED_OUTPUT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16,
+                                  torch.int32, torch.int64, torch.uint8, torch.bool})
 FILL_A, FILL_B = 0xFF, 0x7B  # 0xFF is NaN in fp16/bf16/fp32; 0x7B.. is a large finite number in each
 R = TypeVar("R", bound=protocol.Message)
 
@@ -572,6 +575,10 @@ class RemoteFileProblem:
             out_dtype = getattr(torch, reply.dtype, None)
             if not isinstance(out_dtype, torch.dtype):
                 raise ProblemFailed(f"problem {self.spec.name}: its output's dtype {reply.dtype!r} is not a torch dtype")
+            if out_dtype not in JUDGED_OUTPUT_DTYPES:  # the comparison is of real values (a complex one's
+                # imaginary part would be dropped unseen, and with it any check of it)
+                raise ProblemFailed(f"problem {self.spec.name}: its output is {reply.dtype}; the judge compares real "
+                                    f"tensors (floating, integer, boolean): return torch.view_as_real(z) for a complex z")
             self._specs[key] = (tuple(reply.shape), out_dtype, reply.input_bytes)
         return self._specs[key]
 
@@ -1123,9 +1130,12 @@ class Judge:
 
     def _wrong(self, out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, str | None]:
         """(rel_err, max_abs_err, why the output is wrong or None) against the reference. The output's shape
-        must be the reference's (no broadcasting), and every test fails closed: a NaN anywhere is wrong."""
+        must be the reference's (no broadcasting), and every test fails closed: a NaN anywhere is wrong, and
+        so is an output of a dtype no reference has (a complex one would be compared by its real part)."""
         if tuple(out.shape) != tuple(ref.shape):
             return math.inf, math.inf, f"an output of shape {tuple(out.shape)} where {tuple(ref.shape)} was asked for"
+        if out.dtype not in JUDGED_OUTPUT_DTYPES:
+            return math.inf, math.inf, f"an output of dtype {out.dtype}, which is compared with no reference"
         rel, max_abs, finite = compare(out, ref)
         if not finite:
             return rel, max_abs, "NaN or Inf in the output"

@@ -143,3 +143,111 @@ def test_scrub_shows_controls_as_text_in_values_and_keys():
                  "sk-canary-scrub-1234": 1}, env)
     assert out == {"k\\x1b[2J": ["a\\x1b]0;t\\x07b", "line\nnext\nover\ttab", "[$OPENAI_API_KEY]"],
                    "[$OPENAI_API_KEY]": 1}
+
+
+ARGMAX = '''"""Index of the largest value of each row."""
+import torch
+from torch import nn
+
+rows = 1000
+cols = 1000
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.argmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(rows, cols)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+ARGMAX_KERNEL = '''import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def _argmax_rows(x_ptr, y_ptr, cols, BLOCK: tl.constexpr):
+    r = tl.program_id(0)
+    o = tl.arange(0, BLOCK)
+    v = tl.load(x_ptr + r * cols + o, mask=o < cols, other=-float("inf"))
+    tl.store(y_ptr + r, tl.argmax(v, axis=0).to(tl.int64))
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty(x.shape[0], dtype=torch.int64, device=x.device)
+        _argmax_rows[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+        return y
+'''
+
+# the reference is complex (real part x, imaginary part 2x); the candidate writes the real parts only and
+# leaves the imaginary ones as the poison fill (NaN)
+COMPLEX_FORWARD = "        return torch.complex(x, 2 * x)\n"
+REAL_PART_ONLY = '''import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def _real_only(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    tl.store(y_ptr + 2 * o, tl.load(x_ptr + o, mask=m), mask=m)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, cols):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(cols))
+
+    def forward(self, x):
+        yr = torch.empty(*x.shape, 2, device=x.device)
+        _real_only[(triton.cdiv(x.numel(), 128),)](x, yr, x.numel(), BLOCK=128)
+        return yr.view(torch.complex64).squeeze(-1)
+'''
+
+
+def test_an_integer_output_is_judged_in_its_own_dtype_in_timed_calls_too(tmp_path):
+    """argmax (KernelBench level 1 has it) returns int64: an honest kernel's timed calls were held to the
+    inputs' dtype (float32) and it was judged incorrect."""
+    out = _eval(tmp_path, ARGMAX, ARGMAX_KERNEL)
+    assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-2000:])
+    assert json.loads(out.stdout)["status"] == "ok"
+
+
+def test_a_complex_output_is_the_problems_failure_not_judged_by_its_real_part(tmp_path):
+    """Compared as float32, a complex output kept its real part only: a kernel that left every imaginary
+    part NaN passed correctness. Now the problem is refused in one line, before any candidate call."""
+    out = _eval(tmp_path, SCALE.replace(FORWARD, COMPLEX_FORWARD), REAL_PART_ONLY)
+    assert out.returncode == 2, (out.stdout[-2000:], out.stderr[-2000:])
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "complex64" in lines[0] and "view_as_real" in lines[0], out.stderr
+    assert '"ok"' not in out.stdout
+
+
+def test_the_judge_refuses_a_complex_output_whatever_the_problems_process_says():
+    """The judge's own gates, out of the problem's code's reach: the output spec's dtype, and the
+    comparison (a complex output against a float reference fails closed)."""
+    from kernels.evaluator import protocol
+    from kernels.evaluator.judge import ProblemFailed, RemoteFileProblem
+    remote = RemoteFileProblem(SimpleNamespace(name="scale"), "cpu")
+    for name, refused in (("complex64", True), ("int64", False), ("float32", False)):
+        remote._specs.clear()
+        remote._request_reply = lambda cmd, expect, name=name: protocol.SpecReply(shape=[3, 45], dtype=name,
+                                                                                   input_bytes=540)
+        if refused:
+            with pytest.raises(ProblemFailed, match="compares real"):
+                remote.output_spec({"rows": 3}, torch.float32)
+        else:
+            assert remote.output_spec({"rows": 3}, torch.float32) == ((3, 45), getattr(torch, name))
+    judge = SimpleNamespace(tolerance=SimpleNamespace(rel=1e-3, abs_frac=1e-2))
+    ref = torch.ones(4, 8)
+    assert "dtype" in Judge._wrong(judge, torch.complex(ref, torch.full_like(ref, float("nan"))), ref)[2]
