@@ -594,7 +594,11 @@ class RemoteFileProblem:
     def traffic(self, shape: dict[str, int], elem: int):
         from kernels.problems.kernelbench import tensor_flops
         from kernels.problems.spec import Traffic
-        return Traffic(self.min_bytes(shape, elem), tensor_flops(self.spec, shape))
+        try:
+            flops = tensor_flops(self.spec, shape)
+        except ValueError as exc:  # the file's FLOPS, evaluated here in bounded float arithmetic
+            raise ProblemFailed(f"problem {self.spec.name}: {exc}") from None
+        return Traffic(self.min_bytes(shape, elem), flops)
 
     def _file(self, what: str) -> Path:
         self._count += 1

@@ -251,3 +251,42 @@ def test_the_judge_refuses_a_complex_output_whatever_the_problems_process_says()
     judge = SimpleNamespace(tolerance=SimpleNamespace(rel=1e-3, abs_frac=1e-2))
     ref = torch.ones(4, 8)
     assert "dtype" in Judge._wrong(judge, torch.complex(ref, torch.full_like(ref, float("nan"))), ref)[2]
+
+
+# Declarations the worker, the CLI and the judge read from the file's syntax (kernels/problems/kernelbench.py),
+# outside any fence: each is bounded and refused in one line. Before, the first held the interpreter (and
+# the GIL: a worker's every activity and heartbeat) for hours, the nested ones and the malformed shapes
+# ended in a traceback, and the FLOPS expression ran in the judge as unbounded integer arithmetic.
+_HOSTILE_DECLARATIONS = {
+    "literal-power-tower": ("huge = (((((3**64)**64)**64)**64)**64)\nSMOKE_SHAPES = 1\n", "SMOKE_SHAPES must be"),
+    "nested-sum": ("huge = " + "+".join(["1"] * 30000) + "\n", "nested too deeply"),
+    "nested-negation": ("huge = " + "-" * 100000 + "1\n", "nested too deeply"),
+    "smoke-infinity": ("SMOKE_SHAPES = [{'rows': 1e999}]\n", "SMOKE_SHAPES must be"),
+    "smoke-text": ("SMOKE_SHAPES = [{'rows': 'x'}]\n", "SMOKE_SHAPES must be"),
+    "probe-not-a-pair": ("PROBE_RANGES = {'cpu': {'rows': 5}}\n", "PROBE_RANGES must be"),
+    "probe-empty-range": ("PROBE_RANGES = {'cpu': {'rows': (9, 1)}}\n", "PROBE_RANGES must be"),
+    "flops-power-tower": ("FLOPS = 'rows ** rows ** rows'\n", "OverflowError"),
+    "flops-factorial": ("FLOPS = 'math.factorial(rows)'\n", "FLOPS may use"),
+}
+
+
+@pytest.mark.parametrize("declaration, says", list(_HOSTILE_DECLARATIONS.values()), ids=list(_HOSTILE_DECLARATIONS))
+def test_a_files_declarations_are_bounded_and_refused_in_one_line(tmp_path, declaration, says):
+    (tmp_path / "scale.py").write_text(SCALE + "\n" + declaration)
+    out = subprocess.run([sys.executable, "marathon.py", "problem", str(tmp_path / "scale.py"), "--device", "cpu",
+                          "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == "", (out.stdout[-2000:], out.stderr[-2000:])
+    assert says in out.stderr and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_literal_arithmetic_and_flops_stay_bounded_and_honest_values_are_kept():
+    """The bounds refuse only what could not be a size or a count: the honest file's values are as written."""
+    from kernels.problems.kernelbench import file_problem, literal_facts, tensor_flops
+    facts = literal_facts("scale", SCALE + "big = 2**64 * 2**64\nhuge = ((2**64)**64)**64\nn = 1024 * 2 ** 4\n")
+    assert facts.dims["big"] == 2**128 and facts.dims["n"] == 16384 and "huge" not in facts.dims
+    spec = file_problem("scale", SCALE + "FLOPS = '2 * rows * cols + math.sqrt(rows)'\n"
+                        "PROBE_RANGES = {'cpu': {'rows': (1, 9)}}\nSMOKE_SHAPES = [{'rows': 3, 'cols': 45}]\n")
+    assert tensor_flops(spec, {"rows": 4, "cols": 9}) == 74.0
+    assert spec.probe_ranges == {"cpu": {"rows": (1, 9)}} and spec.shape_sets["smoke"] == [{"rows": 3, "cols": 45}]
+    with pytest.raises(ValueError, match="OverflowError"):
+        tensor_flops(file_problem("scale", SCALE + "FLOPS = 'rows ** cols'\n"), {"rows": 1000, "cols": 1000})
