@@ -178,12 +178,17 @@ def literal_facts(name: str, source: str) -> LiteralFacts:
 
 
 def _tolerances(name: str, declared) -> dict[str, Tolerance]:
+    """TOLERANCE as declared: each limit above 0 and below 1, where an output of zeros (relative L2
+    error 1, max-abs error max|ref|) fails both tests; at 1 or more (inf included) one test checks nothing."""
     if declared is None:
         return dict(DEFAULT_TOLERANCES)
     try:
         tol = Tolerance(rel=float(declared["rel"]), abs_frac=float(declared["abs_frac"]))
-    except (TypeError, KeyError, ValueError):
-        raise ProblemFileError(f"problem {name}: TOLERANCE must be a dict {{'rel': float, 'abs_frac': float}}") from None
+    except (TypeError, KeyError, ValueError, OverflowError):
+        tol = None
+    if tol is None or not all(0 < v < 1 for v in (tol.rel, tol.abs_frac)):
+        raise ProblemFileError(f"problem {name}: TOLERANCE must be a dict {{'rel': float, 'abs_frac': float}}, each "
+                               "above 0 and below 1 (an output of zeros must fail both)")
     return {d: tol for d in DTYPES}
 
 

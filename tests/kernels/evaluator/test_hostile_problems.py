@@ -290,3 +290,24 @@ def test_literal_arithmetic_and_flops_stay_bounded_and_honest_values_are_kept():
     assert spec.probe_ranges == {"cpu": {"rows": (1, 9)}} and spec.shape_sets["smoke"] == [{"rows": 3, "cols": 45}]
     with pytest.raises(ValueError, match="OverflowError"):
         tensor_flops(file_problem("scale", SCALE + "FLOPS = 'rows ** cols'\n"), {"rows": 1000, "cols": 1000})
+
+
+# a candidate off by a factor of 3 everywhere: wrong under any tolerance below 1
+TRIPLE = ZEROS.replace("def _zeros(y_ptr, n,", "def _zeros(x_ptr, w_ptr, y_ptr, n, cols,").replace(
+    "tl.store(y_ptr + o, tl.zeros([BLOCK], dtype=tl.float32), mask=o < n)",
+    "m = o < n\n    tl.store(y_ptr + o, 3 * tl.load(x_ptr + o, mask=m) * tl.load(w_ptr + o % cols, mask=m), mask=m)").replace(
+    "](y, y.numel(), BLOCK=128)", "](x, self.w, y, y.numel(), x.shape[1], BLOCK=128)")
+
+
+@pytest.mark.parametrize("tolerance", ["{'rel': 1e999, 'abs_frac': 1e999}", "{'rel': 1e9, 'abs_frac': 5.0}",
+                                       "{'rel': 0.5, 'abs_frac': 0}"], ids=["infinite", "huge", "abs-zero"])
+def test_a_tolerance_no_output_can_fail_is_refused(tmp_path, tolerance):
+    """A TOLERANCE at which an output of zeros passes (a limit of 1 or more, inf included) judges nothing:
+    before, the first two gave a candidate off by a factor of 3 `ok`. Refused in one line, as a limit of 0
+    or less (nothing passes). Control: with the file's default tolerance that candidate is incorrect."""
+    out = _eval(tmp_path, SCALE + f"\nTOLERANCE = {tolerance}\n", TRIPLE)
+    assert out.returncode == 2 and '"ok"' not in out.stdout, (out.stdout[-2000:], out.stderr[-2000:])
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "TOLERANCE must be" in lines[0], out.stderr
+    control = _eval(tmp_path, SCALE, TRIPLE)
+    assert control.returncode == 1 and json.loads(control.stdout)["status"] == "incorrect", control.stderr[-2000:]
