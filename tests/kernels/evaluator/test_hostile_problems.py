@@ -2,6 +2,7 @@
 on the CPU: what a file's process hands the judge is checked there, out of the file's reach. Each case has an
 honest control: the same file without the hostile line."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -311,3 +312,54 @@ def test_a_tolerance_no_output_can_fail_is_refused(tmp_path, tolerance):
     assert len(lines) == 1 and "TOLERANCE must be" in lines[0], out.stderr
     control = _eval(tmp_path, SCALE, TRIPLE)
     assert control.returncode == 1 and json.loads(control.stdout)["status"] == "incorrect", control.stderr[-2000:]
+
+
+# writes 32 MiB into the compiler cache its process may write (its own file's, kept across evaluations),
+# in its own process only (the candidate's runs the top level too, under the seal): at once, or from a
+# thread, a MiB at a time, while the evaluation goes on
+_FILL = """import os
+import threading
+import time
+import torch
+
+_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
+
+
+def _fill(pause):
+    with open(os.path.join(_cache, "filler.bin"), "wb") as f:
+        for _ in range(32):
+            f.write(os.urandom(2**20))
+            f.flush()
+            time.sleep(pause)
+
+
+if "marathon-problem-cache" in _cache:
+    CALL
+"""
+CACHE_FILLERS = {"at-once": SCALE.replace("import torch\n", _FILL.replace("CALL", "_fill(0)"), 1),
+                 "from-a-thread": SCALE.replace("import torch\n", _FILL.replace(
+                     "CALL", "threading.Thread(target=_fill, args=(0.1,), daemon=True).start()"), 1)}
+
+
+@pytest.mark.parametrize("how", list(CACHE_FILLERS))
+def test_a_problem_filling_its_compiler_cache_is_stopped_by_the_disk_quota(tmp_path, how):
+    """The problem's compiler caches outlive the evaluation and were weighed by no quota: a file could leave
+    any number of bytes on the worker's disk. Now they count against the sandbox's quota like its scratch
+    folder, also after every reply and once the process is gone; past it the cache is removed (and a
+    problem seen over it fails in one line)."""
+    import hashlib
+    import tempfile
+    filler = CACHE_FILLERS[how]
+    cache = Path(tempfile.gettempdir()) / "marathon-problem-cache" / hashlib.sha256(filler.encode()).hexdigest()[:24]
+    (tmp_path / "scale.py").write_text(filler)
+    (tmp_path / "cand.py").write_text(ZEROS)
+    out = subprocess.run([sys.executable, "marathon.py", "eval", "--problem", str(tmp_path / "scale.py"), "--kernel",
+                          str(tmp_path / "cand.py"), "--device", "cpu", "--json", "--no-baselines", "--shape",
+                          "rows=3,cols=45"], cwd=ROOT, capture_output=True, text=True, timeout=240,
+                         env={**os.environ, "MARATHON_SANDBOX_DISK": str(8 * 2**20)})
+    assert not (cache / "inductor" / "filler.bin").exists()
+    assert '"ok"' not in out.stdout
+    if how == "at-once":
+        assert out.returncode == 2, (out.stdout[-2000:], out.stderr[-2000:])
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and "problem scale" in lines[0] and "quota" in lines[0], out.stderr
