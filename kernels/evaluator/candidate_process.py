@@ -518,7 +518,9 @@ class CandidateServer:
         self._prepare(cmd.shape, cmd.dtype)
         shape, dtype = cmd.shape, getattr(torch, cmd.dtype)
         seed0, n_slots = cmd.seed_base, cmd.slots
-        expected_shape = tuple(reference.output_spec(shape, dtype)[0])
+        # the output's own dtype: the inputs' for a floating output, its own for an integer or boolean one
+        expected_shape, out_dtype = reference.output_spec(shape, dtype)
+        expected_shape = tuple(expected_shape)
         slots = [reference.make_inputs(shape, seed0 + j, self.device, dtype) for j in range(n_slots)]
         self.timed.clear()
         self.keep.clear()
@@ -527,7 +529,7 @@ class CandidateServer:
         returned: dict[int, torch.Tensor] = {}  # the kept calls' own tensors: their memory stays theirs
         facts = {"threads_alive": [], "output_problem": None}
         keep_bytes = cmd.keep_bytes
-        out_bytes = math.prod(expected_shape) * dtype.itemsize
+        out_bytes = math.prod(expected_shape) * out_dtype.itemsize
         room = None if keep_bytes is None else max(2, int(keep_bytes) // max(2 * out_bytes, 1))  # copy and tensor
         seen = [0]
 
@@ -563,7 +565,7 @@ class CandidateServer:
             alive = sorted(set(self._threads()) - threads_before)
             if alive and not facts["threads_alive"]:
                 facts["threads_alive"] = alive
-            problem = _output_problem(out, [], expected_shape, dtype, self.device)
+            problem = _output_problem(out, [], expected_shape, out_dtype, self.device)
             if problem is None and not copy:
                 ptr = out.untyped_storage().data_ptr()
                 if ptr in kept_ptrs:
@@ -595,7 +597,8 @@ class CandidateServer:
         self._prepare(cmd.shape, cmd.dtype)
         shape, dtype = cmd.shape, getattr(torch, cmd.dtype)
         sets = [reference.make_inputs(shape, seed, self.device, dtype) for seed in cmd.capture_seeds]
-        expected_shape = tuple(reference.output_spec(shape, dtype)[0])
+        expected_shape, out_dtype = reference.output_spec(shape, dtype)
+        expected_shape = tuple(expected_shape)
         index = cmd.index
         graph, outs, graph_error = None, None, None
         if self.device == "cuda" and cmd.graph:
@@ -609,7 +612,7 @@ class CandidateServer:
                 if isinstance(value, torch.Tensor):
                     inputs[name].copy_(value)
         weights = timing.digest_weights(timing.DIGEST_ELEMENTS, cmd.a, cmd.b, self.device)
-        self.armed = (sets, expected_shape, dtype, index, weights, graph, outs)
+        self.armed = (sets, expected_shape, out_dtype, index, weights, graph, outs)
         if self.device == "cuda":
             torch.cuda.synchronize()
         return ArmedReply(graph=graph is not None, graph_error=graph_error)

@@ -65,6 +65,9 @@ POLL_S = 0.25  # how often the judge looks at the sandbox's processes, memory an
 # different fills of fresh memory to count as "depends on uninitialised memory" rather than as
 # run-to-run noise (atomics): far above rounding, far below what poison (NaN, ~6e4, ~1e36) gives.
 REPRODUCIBLE_FRAC = 1e-3
+# what an output may be: real values (a problem's floating output comes in the inputs' dtype)
+JUDGED_OUTPUT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16,
+                                  torch.int32, torch.int64, torch.uint8, torch.bool})
 FILL_A, FILL_B = 0xFF, 0x7B  # 0xFF is NaN in fp16/bf16/fp32; 0x7B.. is a large finite number in each
 R = TypeVar("R", bound=protocol.Message)
 
@@ -75,6 +78,11 @@ class Outcome(Exception):
     def __init__(self, status: str, reason: str) -> None:
         super().__init__(reason)
         self.status, self.reason = status, reason
+
+
+class Overstepped(Outcome):
+    """The watchdog's finding: the sandbox's tree used more processes, memory or disk than it may. Our
+    own code in it has a small fixed footprint, so it is what the untrusted code did, whenever it is seen."""
 
 
 def triton_cache_dir() -> str:
@@ -209,6 +217,7 @@ class CandidateProcess:
     MODULE = "kernels.evaluator.candidate_process"
     NAME = "candidate"
     WHO = "the candidate"  # in the verdict's reasons
+    WRITES = "its scratch directory"  # the folders weighed(), in those reasons
     REPLIES = protocol.CandidateReplies  # what its process may write on the reply pipe
 
     def __init__(self, device: str, scratch: Path) -> None:
@@ -294,23 +303,41 @@ class CandidateProcess:
         limits = settings()
         if len(pids) > limits.sandbox_max_processes:
             self.kill()
-            raise Outcome("rejected", f"{self.WHO} started {len(pids)} processes (limit {limits.sandbox_max_processes}): "
-                          "a fork bomb, or work outside the sandbox's process; killed")
+            raise Overstepped("rejected", f"{self.WHO} started {len(pids)} processes (limit {limits.sandbox_max_processes}): "
+                              "a fork bomb, or work outside the sandbox's process; killed")
         rss = isolation.rss_bytes(pids)
         if rss > self.memory_cap:
             self.kill()
-            raise Outcome("crashed", f"{self.WHO} used {rss / 2**30:.1f} GiB of host memory (limit "
-                          f"{self.memory_cap / 2**30:.0f} GiB) and was killed")
-        (scratch, files), (log, _) = isolation.disk_usage(self.workdir), isolation.disk_usage(self.log_path)
+            raise Overstepped("crashed", f"{self.WHO} used {rss / 2**30:.1f} GiB of host memory (limit "
+                              f"{self.memory_cap / 2**30:.0f} GiB) and was killed")
+        used, files = self._disk_used()
         if files > isolation.MAX_FILES:
             self.kill()
-            raise Outcome("rejected", f"{self.WHO} made more than {isolation.MAX_FILES} files under its scratch "
-                          "directory and was killed")
-        used = scratch + log - self._allowed()
+            self.over_quota()
+            raise Overstepped("rejected", f"{self.WHO} made more than {isolation.MAX_FILES} files under {self.WRITES} "
+                              "and was killed")
         if used > limits.sandbox_disk:
             self.kill()
-            raise Outcome("rejected", f"{self.WHO} wrote {used / 2**20:.0f} MiB under its scratch directory "
-                          f"(quota {limits.sandbox_disk / 2**20:.0f} MiB) and was killed")
+            self.over_quota()
+            raise Overstepped("rejected", f"{self.WHO} wrote {used / 2**20:.0f} MiB under {self.WRITES} "
+                              f"(quota {limits.sandbox_disk / 2**20:.0f} MiB) and was killed")
+
+    def _disk_used(self) -> tuple[int, int]:
+        """(bytes, files) it wrote where the quota weighs: the folders weighed() and its log, less the
+        outputs the judge asked for."""
+        used, files = isolation.disk_usage(self.log_path)[0] - self._allowed(), 0
+        for folder in self.weighed():
+            more_bytes, more_files = isolation.disk_usage(folder)
+            used, files = used + more_bytes, files + more_files
+        return used, files
+
+    def weighed(self) -> list[Path]:
+        """The folders whose bytes and files count against the disk quota: its scratch folder (the shared
+        Triton cache, which only Triton's own compiles write, is not its own)."""
+        return [self.workdir]
+
+    def over_quota(self) -> None:
+        """After the process was killed for its disk: what of its writes outlives the evaluation goes."""
 
     def expect(self, path: Path, nbytes: int) -> None:
         """An output the judge asked the process to save at `path`: up to its size (and torch.save's
@@ -465,6 +492,7 @@ class ProblemProcess(CandidateProcess):
     MODULE = "kernels.evaluator.problem_process"
     NAME = "problem"
     WHO = "the problem file"
+    WRITES = "its scratch directory and compiler caches"
     REPLIES = protocol.ProblemReplies
 
     def __init__(self, device: str, scratch: Path, source: str) -> None:
@@ -479,6 +507,28 @@ class ProblemProcess(CandidateProcess):
 
     def caches(self) -> list[str]:
         return [str(self.cache)]
+
+    def weighed(self) -> list[Path]:
+        """Its compiler caches too: the file's code may write there, and they outlive the evaluation."""
+        return [self.workdir, self.cache]
+
+    def over_quota(self) -> None:
+        shutil.rmtree(self.cache, ignore_errors=True)
+
+    def reply(self) -> tuple[protocol.Message, list[protocol.Record]]:
+        """Weighed after every reply too: its caches outlive the evaluation, and a write quicker than the
+        watchdog's poll would otherwise stay there unweighed."""
+        got = super().reply()
+        self.watch()
+        return got
+
+    def close(self) -> None:
+        """Once it is gone, what it left in its caches (a thread of the file's may have written after its
+        last reply) is weighed a last time: past the quota they are removed."""
+        super().close()
+        used, files = self._disk_used()
+        if used > settings().sandbox_disk or files > isolation.MAX_FILES:
+            self.over_quota()
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
@@ -538,6 +588,8 @@ class RemoteFileProblem:
         self.proc.assign_problem(problem_file, self.spec.name, self.param_seed, settings().problem_timeout_s, memory_cap)
         try:
             fenced = self.proc.receive()
+        except Overstepped as outcome:  # the file's top level may run before its fenced reply is read
+            raise ProblemFailed(f"problem {self.spec.name}: {outcome.reason}") from None
         except Outcome as outcome:
             if outcome.status == "timeout":
                 raise ProblemFailed(f"problem {self.spec.name}: its process did not start in "
@@ -586,6 +638,10 @@ class RemoteFileProblem:
             out_dtype = getattr(torch, reply.dtype, None)
             if not isinstance(out_dtype, torch.dtype):
                 raise ProblemFailed(f"problem {self.spec.name}: its output's dtype {reply.dtype!r} is not a torch dtype")
+            if out_dtype not in JUDGED_OUTPUT_DTYPES:  # the comparison is of real values (a complex one's
+                # imaginary part would be dropped unseen, and with it any check of it)
+                raise ProblemFailed(f"problem {self.spec.name}: its output is {reply.dtype}; the judge compares real "
+                                    f"tensors (floating, integer, boolean): return torch.view_as_real(z) for a complex z")
             self._specs[key] = (tuple(reply.shape), out_dtype, reply.input_bytes)
         return self._specs[key]
 
@@ -601,7 +657,11 @@ class RemoteFileProblem:
     def traffic(self, shape: dict[str, int], elem: int):
         from kernels.problems.kernelbench import tensor_flops
         from kernels.problems.spec import Traffic
-        return Traffic(self.min_bytes(shape, elem), tensor_flops(self.spec, shape))
+        try:
+            flops = tensor_flops(self.spec, shape)
+        except ValueError as exc:  # the file's FLOPS, evaluated here in bounded float arithmetic
+            raise ProblemFailed(f"problem {self.spec.name}: {exc}") from None
+        return Traffic(self.min_bytes(shape, elem), flops)
 
     def _file(self, what: str) -> Path:
         self._count += 1
@@ -1137,9 +1197,12 @@ class Judge:
 
     def _wrong(self, out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, str | None]:
         """(rel_err, max_abs_err, why the output is wrong or None) against the reference. The output's shape
-        must be the reference's (no broadcasting), and every test fails closed: a NaN anywhere is wrong."""
+        must be the reference's (no broadcasting), and every test fails closed: a NaN anywhere is wrong, and
+        so is an output of a dtype no reference has (a complex one would be compared by its real part)."""
         if tuple(out.shape) != tuple(ref.shape):
             return math.inf, math.inf, f"an output of shape {tuple(out.shape)} where {tuple(ref.shape)} was asked for"
+        if out.dtype not in JUDGED_OUTPUT_DTYPES:
+            return math.inf, math.inf, f"an output of dtype {out.dtype}, which is compared with no reference"
         rel, max_abs, finite = compare(out, ref)
         if not finite:
             return rel, max_abs, "NaN or Inf in the output"
@@ -1176,7 +1239,7 @@ class Judge:
         try:
             fenced = candidate.receive()
         except Outcome as outcome:
-            if outcome.status == "timeout":
+            if outcome.status == "timeout" or isinstance(outcome, Overstepped):  # its import may have begun
                 raise
             # nothing of the candidate's has run yet: the sandbox itself failed to start (CUDA, Triton)
             raise EvaluatorError(f"the sandbox failed before loading the candidate ({outcome.reason}):\n"

@@ -84,11 +84,25 @@ class LiteralFacts:
 
 _ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
           ast.Div: operator.truediv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+# The widest integer literal arithmetic may make: it runs in the worker, the CLI and the judge, where a
+# file's `((2**64)**64)**64...` would otherwise hold the interpreter (and the GIL) for hours
+LITERAL_BITS = 4096
+
+
+def _bounded(op: type, a, b) -> None:
+    """Raises ValueError before an integer product or power wider than LITERAL_BITS is computed."""
+    if not (isinstance(a, int) and isinstance(b, int)):
+        return  # floats overflow to inf or raise OverflowError: bounded either way
+    if op is ast.Mult and a.bit_length() + b.bit_length() > LITERAL_BITS:
+        raise ValueError("too large")
+    if op is ast.Pow and b > 0 and a.bit_length() * b > LITERAL_BITS:
+        raise ValueError("too large")
 
 
 def _literal(node: ast.AST):
     """The value of a literal, or of arithmetic on literals (`1024 * 2`, `2 ** 14`); raises ValueError
-    for anything that names something (a constant derived from another follows it: not overridable)."""
+    for anything that names something (a constant derived from another follows it: not overridable),
+    or whose value would pass LITERAL_BITS."""
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool, type(None))):
         return node.value
     if isinstance(node, ast.Tuple):
@@ -104,6 +118,7 @@ def _literal(node: ast.AST):
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)):
             if isinstance(node.op, ast.Pow) and abs(b) > 64:
                 raise ValueError("exponent too large")
+            _bounded(type(node.op), a, b)
             return _ARITH[type(node.op)](a, b)
     if isinstance(node, ast.Dict):
         return ast.literal_eval(node)
@@ -132,6 +147,8 @@ def literal_facts(name: str, source: str) -> LiteralFacts:
         tree = ast.parse(source)
     except SyntaxError as exc:
         raise ProblemFileError(f"problem {name}: syntax error at line {exc.lineno}: {exc.msg}") from None
+    except (RecursionError, MemoryError):  # the parser's own limit on nesting (`1+1+...`, `- - -...1`)
+        raise ProblemFileError(f"problem {name}: an expression nested too deeply to parse") from None
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     missing = [what for what, ok in (("class Model", "Model" in classes), ("get_inputs()", "get_inputs" in functions),
@@ -144,7 +161,7 @@ def literal_facts(name: str, source: str) -> LiteralFacts:
         for key, value_node in _bindings(node):
             try:
                 value = _literal(value_node)
-            except (ValueError, ZeroDivisionError, OverflowError, SyntaxError):
+            except (ValueError, ZeroDivisionError, OverflowError, SyntaxError, RecursionError, MemoryError):
                 dims.pop(key, None)  # reassigned from an expression: it follows others
                 continue
             if key in RESERVED:
@@ -161,25 +178,50 @@ def literal_facts(name: str, source: str) -> LiteralFacts:
 
 
 def _tolerances(name: str, declared) -> dict[str, Tolerance]:
+    """TOLERANCE as declared: each limit above 0 and below 1, where an output of zeros (relative L2
+    error 1, max-abs error max|ref|) fails both tests; at 1 or more (inf included) one test checks nothing."""
     if declared is None:
         return dict(DEFAULT_TOLERANCES)
     try:
         tol = Tolerance(rel=float(declared["rel"]), abs_frac=float(declared["abs_frac"]))
-    except (TypeError, KeyError, ValueError):
-        raise ProblemFileError(f"problem {name}: TOLERANCE must be a dict {{'rel': float, 'abs_frac': float}}") from None
+    except (TypeError, KeyError, ValueError, OverflowError):
+        tol = None
+    if tol is None or not all(0 < v < 1 for v in (tol.rel, tol.abs_frac)):
+        raise ProblemFileError(f"problem {name}: TOLERANCE must be a dict {{'rel': float, 'abs_frac': float}}, each "
+                               "above 0 and below 1 (an output of zeros must fail both)")
     return {d: tol for d in DTYPES}
 
 
+def _declared_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) <= MAX_VALUE
+
+
 def _shape_list(name: str, what: str, declared, dims: dict[str, int]) -> list[dict[str, int]]:
-    if not isinstance(declared, list) or not all(isinstance(s, dict) for s in declared):
-        raise ProblemFileError(f"problem {name}: {what} must be a list of {{dimension: int}} dicts")
+    if (not isinstance(declared, list) or not declared or len(declared) > MAX_DECLARED_SHAPES
+            or not all(isinstance(s, dict) and all(_declared_int(v) for v in s.values()) for s in declared)):
+        raise ProblemFileError(f"problem {name}: {what} must be a list of 1 to {MAX_DECLARED_SHAPES} {{dimension: int}} "
+                               "dicts, each integer at most 2^40 in magnitude")
     out = []
     for s in declared:
         unknown = set(s) - set(dims)
         if unknown:
             raise ProblemFileError(f"problem {name}: {what} names {', '.join(sorted(unknown))}, which the file does not define")
-        out.append({**dims, **{k: int(v) for k, v in s.items()}})
+        out.append({**dims, **s})
     return out
+
+
+def _probe_ranges(name: str, declared, dims: dict[str, int]) -> dict[str, dict[str, tuple[int, int]]]:
+    """PROBE_RANGES as the judge draws from it: per device, each dimension's (lo, hi), integers with
+    1 <= lo <= hi <= 2^40."""
+    def pair(r) -> bool:
+        return (isinstance(r, (tuple, list)) and len(r) == 2 and all(_declared_int(v) for v in r)
+                and 1 <= r[0] <= r[1])
+    if not (isinstance(declared, dict) and set(declared) <= {"cpu", "cuda"}
+            and all(isinstance(v, dict) and set(v) <= set(dims) and all(pair(r) for r in v.values())
+                    for v in declared.values())):
+        raise ProblemFileError(f"problem {name}: PROBE_RANGES must be {{'cpu'|'cuda': {{dimension: (lo, hi)}}}}, "
+                               "integers with 1 <= lo <= hi <= 2^40")
+    return {dev: {d: (lo, hi) for d, (lo, hi) in r.items()} for dev, r in declared.items()}
 
 
 def statement(name: str, source: str, told: FileFacts | None = None) -> str:
@@ -213,12 +255,7 @@ def file_problem(name: str, source: str) -> ProblemSpec:
     shape_sets = {"bench": bench}
     if "SMOKE_SHAPES" in c:
         shape_sets["smoke"] = _shape_list(name, "SMOKE_SHAPES", c["SMOKE_SHAPES"], facts.dims)
-    probe_ranges = {}
-    if "PROBE_RANGES" in c:
-        pr = c["PROBE_RANGES"]
-        if not isinstance(pr, dict) or not all(isinstance(v, dict) and set(v) <= set(facts.dims) for v in pr.values()):
-            raise ProblemFileError(f"problem {name}: PROBE_RANGES must be {{'cpu'|'cuda': {{dimension: (lo, hi)}}}}")
-        probe_ranges = {dev: {d: (int(lo), int(hi)) for d, (lo, hi) in r.items()} for dev, r in pr.items()}
+    probe_ranges = _probe_ranges(name, c["PROBE_RANGES"], facts.dims) if "PROBE_RANGES" in c else {}
     dtype = c.get("DTYPE", "float32")
     if dtype not in DTYPES:
         raise ProblemFileError(f"problem {name}: DTYPE {dtype!r} is not one of {', '.join(DTYPES)}")
@@ -228,6 +265,10 @@ def file_problem(name: str, source: str) -> ProblemSpec:
 
     if flops is not None:
         _check_flops(name, flops, facts.dims)
+        try:
+            _flops(flops, facts.dims)  # at the file's own sizes, so that a runaway expression is told now
+        except ValueError as exc:
+            raise ProblemFileError(f"problem {name}: {exc}") from None
 
     def traffic(shape: dict[str, int], elem: int) -> Traffic:
         # the memory floor: inputs, parameters and outputs through device memory once (this runs the
@@ -249,17 +290,29 @@ def file_problem(name: str, source: str) -> ProblemSpec:
     return spec
 
 
-# FLOPS is arithmetic over the dimensions and math's functions, nothing else: it is evaluated outside
-# the problem's fenced process (the judge's roofline), so its syntax is checked against this first
+# FLOPS is arithmetic over the dimensions and a few of math's functions, nothing else: it is evaluated
+# outside the problem's fenced process (the judge's roofline), so its syntax is checked against this
+# first, and it is evaluated in floats (_flops): no integer power or factorial can grow without bound
 _FLOPS_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Call, ast.Attribute,
                 ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.USub, ast.UAdd)
+_FLOPS_MATH = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log, "log2": math.log2, "log10": math.log10,
+               "ceil": math.ceil, "floor": math.floor, "pow": math.pow, "fabs": math.fabs}
+_FLOPS_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau}
+MAX_FLOPS_CHARS = 1000
 
 
 def _check_flops(name: str, expr: str, dims: dict[str, int]) -> None:
+    refused = ProblemFileError(f"problem {name}: FLOPS may use the dimensions, numbers, + - * / // % ** and math's "
+                               f"{', '.join(sorted(_FLOPS_MATH | _FLOPS_CONSTANTS))} only, in at most "
+                               f"{MAX_FLOPS_CHARS} characters")
+    if len(expr) > MAX_FLOPS_CHARS:
+        raise refused
     try:
         tree = ast.parse(expr, mode="eval")
     except SyntaxError:
         raise ProblemFileError(f"problem {name}: FLOPS {expr!r} is not an expression") from None
+    except (RecursionError, MemoryError):
+        raise refused from None
     for node in ast.walk(tree):
         ok = isinstance(node, _FLOPS_NODES)
         if isinstance(node, ast.Constant):
@@ -267,16 +320,52 @@ def _check_flops(name: str, expr: str, dims: dict[str, int]) -> None:
         elif isinstance(node, ast.Name):
             ok = node.id in dims or node.id == "math"
         elif isinstance(node, ast.Attribute):
-            ok = isinstance(node.value, ast.Name) and node.value.id == "math" and not node.attr.startswith("_")
+            ok = (isinstance(node.value, ast.Name) and node.value.id == "math"
+                  and node.attr in _FLOPS_MATH.keys() | _FLOPS_CONSTANTS.keys())
         elif isinstance(node, ast.Call):
-            ok = isinstance(node.func, ast.Attribute) and not node.keywords
+            ok = (isinstance(node.func, ast.Attribute) and node.func.attr in _FLOPS_MATH and not node.keywords
+                  and not any(isinstance(a, ast.Starred) for a in node.args))
         if not ok:
             raise ProblemFileError(f"problem {name}: FLOPS may use the dimensions, numbers, + - * / // % ** and "
-                                   f"math's functions only; {type(node).__name__} in {expr!r}")
+                                   f"math's {', '.join(sorted(_FLOPS_MATH | _FLOPS_CONSTANTS))} only; "
+                                   f"{type(node).__name__} in {expr!r}")
+
+
+_FLOPS_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+
+
+def _flops_value(node: ast.AST, shape: dict[str, int]) -> float:
+    """A checked FLOPS tree's value, every step in floats (an overflow raises OverflowError)."""
+    if isinstance(node, ast.Expression):
+        return _flops_value(node.body, shape)
+    if isinstance(node, ast.Constant):
+        return float(node.value)
+    if isinstance(node, ast.Name):
+        return float(shape[node.id])
+    if isinstance(node, ast.Attribute):
+        return _FLOPS_CONSTANTS[node.attr]
+    if isinstance(node, ast.UnaryOp):
+        v = _flops_value(node.operand, shape)
+        return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, ast.BinOp):
+        return float(_FLOPS_OPS[type(node.op)](_flops_value(node.left, shape), _flops_value(node.right, shape)))
+    if isinstance(node, ast.Call):
+        return float(_FLOPS_MATH[node.func.attr](*(_flops_value(a, shape) for a in node.args)))
+    raise ValueError(f"{type(node).__name__} in FLOPS")
 
 
 def _flops(expr: str | None, shape: dict[str, int]) -> float:
-    return float(eval(expr, {"__builtins__": {}, "math": math}, dict(shape))) if expr else 0.0
+    """FLOPS at a shape: a finite number of at least 0, or ValueError naming why not."""
+    if not expr:
+        return 0.0
+    try:
+        value = _flops_value(ast.parse(expr, mode="eval"), shape)
+    except (ArithmeticError, ValueError, TypeError, KeyError, RecursionError) as exc:
+        raise ValueError(f"FLOPS {expr!r} cannot be evaluated at {shape}: {type(exc).__name__}: {exc}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"FLOPS {expr!r} at {shape} is {value}, not a finite count")
+    return value
 
 
 def tensor_flops(spec: "FileProblemSpec", shape: dict[str, int]) -> float:
@@ -326,6 +415,7 @@ class FileProblemSpec(ProblemSpec):
 
 
 MAX_VALUE = 2**40  # an overridable constant's magnitude
+MAX_DECLARED_SHAPES = 64  # shapes in SMOKE_SHAPES
 
 CANDIDATE_SUFFIX = "_kernel.py"  # a suite's problem foo.py starts from the candidate foo_kernel.py beside it
 

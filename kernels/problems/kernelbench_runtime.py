@@ -220,5 +220,8 @@ def _single(out, name: str) -> torch.Tensor:
         out = out[0]
     if not isinstance(out, torch.Tensor):
         raise ProblemCodeError(f"problem {name}: Model.forward must return one tensor, not {type(out).__name__}")
+    if out.is_complex():  # judged as real values only (the judge refuses it too): said before a run
+        raise ProblemCodeError(f"problem {name}: Model.forward returns a {str(out.dtype).removeprefix('torch.')} "
+                               "tensor; outputs are compared as real values: return torch.view_as_real(z)")
     return out
 

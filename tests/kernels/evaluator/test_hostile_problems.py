@@ -2,6 +2,7 @@
 on the CPU: what a file's process hands the judge is checked there, out of the file's reach. Each case has an
 honest control: the same file without the hostile line."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,222 @@ def test_scrub_shows_controls_as_text_in_values_and_keys():
                  "sk-canary-scrub-1234": 1}, env)
     assert out == {"k\\x1b[2J": ["a\\x1b]0;t\\x07b", "line\nnext\nover\ttab", "[$OPENAI_API_KEY]"],
                    "[$OPENAI_API_KEY]": 1}
+
+
+ARGMAX = '''"""Index of the largest value of each row."""
+import torch
+from torch import nn
+
+rows = 1000
+cols = 1000
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.argmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(rows, cols)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+ARGMAX_KERNEL = '''import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def _argmax_rows(x_ptr, y_ptr, cols, BLOCK: tl.constexpr):
+    r = tl.program_id(0)
+    o = tl.arange(0, BLOCK)
+    v = tl.load(x_ptr + r * cols + o, mask=o < cols, other=-float("inf"))
+    tl.store(y_ptr + r, tl.argmax(v, axis=0).to(tl.int64))
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty(x.shape[0], dtype=torch.int64, device=x.device)
+        _argmax_rows[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+        return y
+'''
+
+# the reference is complex (real part x, imaginary part 2x); the candidate writes the real parts only and
+# leaves the imaginary ones as the poison fill (NaN)
+COMPLEX_FORWARD = "        return torch.complex(x, 2 * x)\n"
+REAL_PART_ONLY = '''import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def _real_only(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    tl.store(y_ptr + 2 * o, tl.load(x_ptr + o, mask=m), mask=m)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, cols):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(cols))
+
+    def forward(self, x):
+        yr = torch.empty(*x.shape, 2, device=x.device)
+        _real_only[(triton.cdiv(x.numel(), 128),)](x, yr, x.numel(), BLOCK=128)
+        return yr.view(torch.complex64).squeeze(-1)
+'''
+
+
+def test_an_integer_output_is_judged_in_its_own_dtype_in_timed_calls_too(tmp_path):
+    """argmax (KernelBench level 1 has it) returns int64: an honest kernel's timed calls were held to the
+    inputs' dtype (float32) and it was judged incorrect."""
+    out = _eval(tmp_path, ARGMAX, ARGMAX_KERNEL)
+    assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-2000:])
+    assert json.loads(out.stdout)["status"] == "ok"
+
+
+def test_a_complex_output_is_the_problems_failure_not_judged_by_its_real_part(tmp_path):
+    """Compared as float32, a complex output kept its real part only: a kernel that left every imaginary
+    part NaN passed correctness. Now the problem is refused in one line, before any candidate call."""
+    out = _eval(tmp_path, SCALE.replace(FORWARD, COMPLEX_FORWARD), REAL_PART_ONLY)
+    assert out.returncode == 2, (out.stdout[-2000:], out.stderr[-2000:])
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "complex64" in lines[0] and "view_as_real" in lines[0], out.stderr
+    assert '"ok"' not in out.stdout
+
+
+def test_the_judge_refuses_a_complex_output_whatever_the_problems_process_says():
+    """The judge's own gates, out of the problem's code's reach: the output spec's dtype, and the
+    comparison (a complex output against a float reference fails closed)."""
+    from kernels.evaluator import protocol
+    from kernels.evaluator.judge import ProblemFailed, RemoteFileProblem
+    remote = RemoteFileProblem(SimpleNamespace(name="scale"), "cpu")
+    for name, refused in (("complex64", True), ("int64", False), ("float32", False)):
+        remote._specs.clear()
+        remote._request_reply = lambda cmd, expect, name=name: protocol.SpecReply(shape=[3, 45], dtype=name,
+                                                                                   input_bytes=540)
+        if refused:
+            with pytest.raises(ProblemFailed, match="compares real"):
+                remote.output_spec({"rows": 3}, torch.float32)
+        else:
+            assert remote.output_spec({"rows": 3}, torch.float32) == ((3, 45), getattr(torch, name))
+    judge = SimpleNamespace(tolerance=SimpleNamespace(rel=1e-3, abs_frac=1e-2))
+    ref = torch.ones(4, 8)
+    assert "dtype" in Judge._wrong(judge, torch.complex(ref, torch.full_like(ref, float("nan"))), ref)[2]
+
+
+# Declarations the worker, the CLI and the judge read from the file's syntax (kernels/problems/kernelbench.py),
+# outside any fence: each is bounded and refused in one line. Before, the first held the interpreter (and
+# the GIL: a worker's every activity and heartbeat) for hours, the nested ones and the malformed shapes
+# ended in a traceback, and the FLOPS expression ran in the judge as unbounded integer arithmetic.
+_HOSTILE_DECLARATIONS = {
+    "literal-power-tower": ("huge = (((((3**64)**64)**64)**64)**64)\nSMOKE_SHAPES = 1\n", "SMOKE_SHAPES must be"),
+    "nested-sum": ("huge = " + "+".join(["1"] * 30000) + "\n", "nested too deeply"),
+    "nested-negation": ("huge = " + "-" * 100000 + "1\n", "nested too deeply"),
+    "smoke-infinity": ("SMOKE_SHAPES = [{'rows': 1e999}]\n", "SMOKE_SHAPES must be"),
+    "smoke-text": ("SMOKE_SHAPES = [{'rows': 'x'}]\n", "SMOKE_SHAPES must be"),
+    "probe-not-a-pair": ("PROBE_RANGES = {'cpu': {'rows': 5}}\n", "PROBE_RANGES must be"),
+    "probe-empty-range": ("PROBE_RANGES = {'cpu': {'rows': (9, 1)}}\n", "PROBE_RANGES must be"),
+    "flops-power-tower": ("FLOPS = 'rows ** rows ** rows'\n", "OverflowError"),
+    "flops-factorial": ("FLOPS = 'math.factorial(rows)'\n", "FLOPS may use"),
+}
+
+
+@pytest.mark.parametrize("declaration, says", list(_HOSTILE_DECLARATIONS.values()), ids=list(_HOSTILE_DECLARATIONS))
+def test_a_files_declarations_are_bounded_and_refused_in_one_line(tmp_path, declaration, says):
+    (tmp_path / "scale.py").write_text(SCALE + "\n" + declaration)
+    out = subprocess.run([sys.executable, "marathon.py", "problem", str(tmp_path / "scale.py"), "--device", "cpu",
+                          "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == "", (out.stdout[-2000:], out.stderr[-2000:])
+    assert says in out.stderr and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_literal_arithmetic_and_flops_stay_bounded_and_honest_values_are_kept():
+    """The bounds refuse only what could not be a size or a count: the honest file's values are as written."""
+    from kernels.problems.kernelbench import file_problem, literal_facts, tensor_flops
+    facts = literal_facts("scale", SCALE + "big = 2**64 * 2**64\nhuge = ((2**64)**64)**64\nn = 1024 * 2 ** 4\n")
+    assert facts.dims["big"] == 2**128 and facts.dims["n"] == 16384 and "huge" not in facts.dims
+    spec = file_problem("scale", SCALE + "FLOPS = '2 * rows * cols + math.sqrt(rows)'\n"
+                        "PROBE_RANGES = {'cpu': {'rows': (1, 9)}}\nSMOKE_SHAPES = [{'rows': 3, 'cols': 45}]\n")
+    assert tensor_flops(spec, {"rows": 4, "cols": 9}) == 74.0
+    assert spec.probe_ranges == {"cpu": {"rows": (1, 9)}} and spec.shape_sets["smoke"] == [{"rows": 3, "cols": 45}]
+    with pytest.raises(ValueError, match="OverflowError"):
+        tensor_flops(file_problem("scale", SCALE + "FLOPS = 'rows ** cols'\n"), {"rows": 1000, "cols": 1000})
+
+
+# a candidate off by a factor of 3 everywhere: wrong under any tolerance below 1
+TRIPLE = ZEROS.replace("def _zeros(y_ptr, n,", "def _zeros(x_ptr, w_ptr, y_ptr, n, cols,").replace(
+    "tl.store(y_ptr + o, tl.zeros([BLOCK], dtype=tl.float32), mask=o < n)",
+    "m = o < n\n    tl.store(y_ptr + o, 3 * tl.load(x_ptr + o, mask=m) * tl.load(w_ptr + o % cols, mask=m), mask=m)").replace(
+    "](y, y.numel(), BLOCK=128)", "](x, self.w, y, y.numel(), x.shape[1], BLOCK=128)")
+
+
+@pytest.mark.parametrize("tolerance", ["{'rel': 1e999, 'abs_frac': 1e999}", "{'rel': 1e9, 'abs_frac': 5.0}",
+                                       "{'rel': 0.5, 'abs_frac': 0}"], ids=["infinite", "huge", "abs-zero"])
+def test_a_tolerance_no_output_can_fail_is_refused(tmp_path, tolerance):
+    """A TOLERANCE at which an output of zeros passes (a limit of 1 or more, inf included) judges nothing:
+    before, the first two gave a candidate off by a factor of 3 `ok`. Refused in one line, as a limit of 0
+    or less (nothing passes). Control: with the file's default tolerance that candidate is incorrect."""
+    out = _eval(tmp_path, SCALE + f"\nTOLERANCE = {tolerance}\n", TRIPLE)
+    assert out.returncode == 2 and '"ok"' not in out.stdout, (out.stdout[-2000:], out.stderr[-2000:])
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "TOLERANCE must be" in lines[0], out.stderr
+    control = _eval(tmp_path, SCALE, TRIPLE)
+    assert control.returncode == 1 and json.loads(control.stdout)["status"] == "incorrect", control.stderr[-2000:]
+
+
+# writes 32 MiB into the compiler cache its process may write (its own file's, kept across evaluations),
+# in its own process only (the candidate's runs the top level too, under the seal): at once, or from a
+# thread, a MiB at a time, while the evaluation goes on
+_FILL = """import os
+import threading
+import time
+import torch
+
+_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
+
+
+def _fill(pause):
+    with open(os.path.join(_cache, "filler.bin"), "wb") as f:
+        for _ in range(32):
+            f.write(os.urandom(2**20))
+            f.flush()
+            time.sleep(pause)
+
+
+if "marathon-problem-cache" in _cache:
+    CALL
+"""
+CACHE_FILLERS = {"at-once": SCALE.replace("import torch\n", _FILL.replace("CALL", "_fill(0)"), 1),
+                 "from-a-thread": SCALE.replace("import torch\n", _FILL.replace(
+                     "CALL", "threading.Thread(target=_fill, args=(0.1,), daemon=True).start()"), 1)}
+
+
+@pytest.mark.parametrize("how", list(CACHE_FILLERS))
+def test_a_problem_filling_its_compiler_cache_is_stopped_by_the_disk_quota(tmp_path, how):
+    """The problem's compiler caches outlive the evaluation and were weighed by no quota: a file could leave
+    any number of bytes on the worker's disk. Now they count against the sandbox's quota like its scratch
+    folder, also after every reply and once the process is gone; past it the cache is removed (and a
+    problem seen over it fails in one line)."""
+    import hashlib
+    import tempfile
+    filler = CACHE_FILLERS[how]
+    cache = Path(tempfile.gettempdir()) / "marathon-problem-cache" / hashlib.sha256(filler.encode()).hexdigest()[:24]
+    (tmp_path / "scale.py").write_text(filler)
+    (tmp_path / "cand.py").write_text(ZEROS)
+    out = subprocess.run([sys.executable, "marathon.py", "eval", "--problem", str(tmp_path / "scale.py"), "--kernel",
+                          str(tmp_path / "cand.py"), "--device", "cpu", "--json", "--no-baselines", "--shape",
+                          "rows=3,cols=45"], cwd=ROOT, capture_output=True, text=True, timeout=240,
+                         env={**os.environ, "MARATHON_SANDBOX_DISK": str(8 * 2**20)})
+    assert not (cache / "inductor" / "filler.bin").exists()
+    assert '"ok"' not in out.stdout
+    if how == "at-once":
+        assert out.returncode == 2, (out.stdout[-2000:], out.stderr[-2000:])
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and "problem scale" in lines[0] and "quota" in lines[0], out.stderr
