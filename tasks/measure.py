@@ -17,7 +17,6 @@ against the task's own files measured in the same call, runs interleaved.
    rejects the candidate."""
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import os
@@ -31,6 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from kernels.evaluator.confinement import scrub
+from kernels.evaluator import isolation
 from kernels.evaluator.isolation import MAX_FILES
 from kernels.evaluator.verdict import MetricResult, Verdict
 from tasks import document as doc
@@ -147,41 +147,11 @@ def _fixed_digests(bundle: TaskBundle, root: Path) -> dict[str, str | None]:
     return {rel: _digest(root / rel) for rel in bundle.files if not editable(bundle.spec, rel)}
 
 
-@contextlib.contextmanager
-def _held(folder: Path):
-    """A lock on the copies' folder for as long as the measurement lives: the kernel drops it when the
-    worker dies, however it dies, so a later measurement knows the folder is nobody's (remove_stale_copies)."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def remove_stale_copies(root: Path, older_than_s: float = STALE_AFTER_S) -> list[str]:
     """Remove the copies' folders that measurements killed with their worker left behind (a SIGKILL runs
-    no clean-up): a folder of ours, not a link, older than `older_than_s`, whose lock nobody holds.
-    Returns the names removed."""
-    removed = []
-    for folder in root.glob(COPY_PREFIX + "*"):
-        try:
-            if folder.is_symlink() or not folder.is_dir() or time.time() - folder.stat().st_mtime < older_than_s:
-                continue
-            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # a live measurement's
-            os.close(fd)
-            continue
-        try:
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder.name)
-        finally:
-            os.close(fd)
-    return removed
+    no clean-up): a folder of ours, not a link, older than `older_than_s`, whose lock (the measurement
+    holds its folder while it lives: isolation.held) nobody holds. Returns the names removed."""
+    return isolation.remove_unheld(sorted(root.glob(COPY_PREFIX + "*")), older_than_s)
 
 
 def _ended(result: CommandResult) -> str:
@@ -250,7 +220,7 @@ def _measure(bundle: TaskBundle, document: str | None, cache_root: Path, mode: M
     n = repeat or spec.repeat
     tree = prepared_tree(bundle, cache_root)
     remove_stale_copies(Path(tempfile.gettempdir()))
-    with tempfile.TemporaryDirectory(prefix=COPY_PREFIX) as tmp, _held(Path(tmp)):
+    with tempfile.TemporaryDirectory(prefix=COPY_PREFIX) as tmp, isolation.held(tmp):
         base = _copy(tree, Path(tmp) / "baseline", None, spec.name)
         cand = _copy(tree, Path(tmp) / "candidate", files, spec.name)
         fixed = _fixed_digests(bundle, base)

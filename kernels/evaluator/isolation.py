@@ -29,8 +29,11 @@ Each fence reports whether it took; the judge puts the ones that did not into th
 All of this is Linux-only; elsewhere every fence reports itself as unavailable."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import os
+import shutil
 import platform
 import signal
 import struct
@@ -589,6 +592,55 @@ def end_adopted(keep: set[int], rounds: int = 20, any_session: bool = False) -> 
                 break
             time.sleep(0.01)
     return len(ended)
+
+
+# --- folders a live process holds ------------------------------------------------------------------
+def hold_folder(folder: Path | str, shared: bool = False) -> int:
+    """A lock on `folder` (not followed if it is a link) for as long as the returned descriptor is open:
+    the kernel drops it when the holder dies, however it dies, so that remove_unheld knows a folder
+    whose holder is gone. Shared: several holders at once (evaluations of the same problem file)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def held(folder: Path | str):
+    fd = hold_folder(folder)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def remove_unheld(folders, older_than_s: float) -> list[str]:
+    """Remove each of `folders` that is a folder (not a link), unchanged for `older_than_s` and held by
+    nobody (hold_folder); a folder someone holds, or has just made and not yet locked, stays. Returns
+    the names removed."""
+    removed = []
+    for folder in folders:
+        folder = Path(folder)
+        try:
+            if folder.is_symlink() or not folder.is_dir() or time.time() - folder.stat().st_mtime < older_than_s:
+                continue
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a live holder's
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
+        finally:
+            os.close(fd)
+    return removed
 
 
 def rss_bytes(pids: list[int]) -> int:

@@ -483,6 +483,21 @@ class CandidateProcess:
         self.replies.close()
 
 
+PROBLEM_CACHES_KEPT = 8  # other problem files' compiler caches kept (each under the disk quota)
+
+
+def prune_problem_caches(root: Path, mine: Path, kept: int = PROBLEM_CACHES_KEPT) -> list[str]:
+    """Remove the compiler caches under `root` but `mine` past the `kept` most recently used, save those a
+    live evaluation holds (or made in the last minute). Returns the names removed."""
+    def used(path: Path) -> float:
+        try:
+            return path.lstat().st_mtime
+        except OSError:
+            return 0.0
+    others = sorted((p for p in root.iterdir() if p != mine), key=used)
+    return isolation.remove_unheld(others[:len(others) - kept] if kept else others, older_than_s=60)
+
+
 class ProblemProcess(CandidateProcess):
     """The fenced process that runs a file problem's code (kernels/evaluator/problem_process.py): the
     same fences as a candidate's, in the evaluation's scratch folder beside it. It reads `in/` (the
@@ -499,10 +514,16 @@ class ProblemProcess(CandidateProcess):
         # Its compiler caches (Triton's, torch.compile's) are its own file's: kept across evaluations
         # of the same file, so its baselines compile once, and out of reach of candidates and of
         # other files, none of which can plant a slow kernel there
+        # (each weighed against the disk quota; other files' caches, least recently used first, go past
+        # PROBLEM_CACHES_KEPT unless a live evaluation holds them: anyone can hand in many files)
         digest = hashlib.sha256(source.encode()).hexdigest()[:24]
-        self.cache = Path(tempfile.gettempdir()) / "marathon-problem-cache" / digest
+        root = Path(tempfile.gettempdir()) / "marathon-problem-cache"
+        self.cache = root / digest
         for sub in ("triton", "inductor"):
             (self.cache / sub).mkdir(parents=True, exist_ok=True)
+        self._cache_hold: int | None = isolation.hold_folder(self.cache, shared=True)
+        os.utime(self.cache)
+        prune_problem_caches(root, self.cache)
         super().__init__(device, scratch)
 
     def caches(self) -> list[str]:
@@ -529,6 +550,9 @@ class ProblemProcess(CandidateProcess):
         used, files = self._disk_used()
         if used > settings().sandbox_disk or files > isolation.MAX_FILES:
             self.over_quota()
+        if self._cache_hold is not None:
+            os.close(self._cache_hold)
+            self._cache_hold = None
 
     def environment(self) -> dict[str, str]:
         env = super().environment()

@@ -214,7 +214,8 @@ def test_a_command_that_writes_past_its_quota_is_killed(tmp_path):
 def test_copies_a_killed_measurement_left_are_removed_and_live_ones_kept(tmp_path):
     """A measurement holds a lock on its copies' folder while it lives; a later one removes folders of
     ours that are old and unlocked, and leaves alone a locked one, a young one, a link and others' names."""
-    from tasks.measure import COPY_PREFIX, _held, remove_stale_copies
+    from kernels.evaluator.isolation import held
+    from tasks.measure import COPY_PREFIX, remove_stale_copies
     old = time.time() - 3600
     folders = {name: tmp_path / f"{COPY_PREFIX}{name}" for name in ("dead", "live", "young")}
     for folder in folders.values():
@@ -223,7 +224,7 @@ def test_copies_a_killed_measurement_left_are_removed_and_live_ones_kept(tmp_pat
     (tmp_path / f"{COPY_PREFIX}link").symlink_to(tmp_path / "other-dead")
     for path in (folders["dead"], folders["live"], tmp_path / "other-dead"):
         os.utime(path, (old, old))
-    with _held(folders["live"]):
+    with held(folders["live"]):
         assert remove_stale_copies(tmp_path) == [f"{COPY_PREFIX}dead"]
     assert not folders["dead"].exists() and folders["live"].exists() and folders["young"].exists()
     assert (tmp_path / "other-dead").exists() and (tmp_path / f"{COPY_PREFIX}link").is_symlink()

@@ -363,3 +363,33 @@ def test_a_problem_filling_its_compiler_cache_is_stopped_by_the_disk_quota(tmp_p
         assert out.returncode == 2, (out.stdout[-2000:], out.stderr[-2000:])
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and "problem scale" in lines[0] and "quota" in lines[0], out.stderr
+
+
+def test_other_problem_files_caches_are_bounded(tmp_path):
+    """Anyone who can start a run can hand in many problem files, each leaving a compiler cache (each
+    under the disk quota): past the most recently used few, the others go, save one a live evaluation
+    holds or one just made."""
+    import os
+    import time
+
+    from kernels.evaluator import isolation
+    from kernels.evaluator.judge import prune_problem_caches
+    root, now = tmp_path / "caches", time.time()
+    caches = [root / f"c{i:02d}" for i in range(12)]
+    for i, cache in enumerate(caches):
+        (cache / "triton").mkdir(parents=True)
+        (cache / "triton" / "k.bin").write_bytes(b"x" * 100)
+        os.utime(cache, (now - 3600 + i, now - 3600 + i))  # c00 least recently used
+    young = root / "young"
+    young.mkdir()
+    (root / "link").symlink_to(caches[0])
+    mine = caches[5]
+    hold = isolation.hold_folder(caches[1], shared=True)  # a live evaluation of that file
+    try:
+        removed = prune_problem_caches(root, mine, kept=4)
+    finally:
+        os.close(hold)
+    # 14 others (12 caches but mine, the young one, the link): the 4 most recent stay (c11, c10, young
+    # and the link, which is never followed), c01 is held, the rest go
+    assert sorted(removed) == [f"c{i:02d}" for i in (0, 2, 3, 4, 6, 7, 8, 9)]
+    assert all(p.exists() for p in (mine, caches[1], caches[10], caches[11], young)) and (root / "link").is_symlink()
