@@ -30,7 +30,6 @@ from pathlib import Path
 from kernels.evaluator import confinement, isolation
 from kernels.settings import settings
 
-MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x4000, 1 << 18, 2, 4, 8
 OUTPUT_CAP = 256 * 1024  # bytes of a command's output kept (its tail)
 ENV_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM")
 ENV_PREFIXES = ("LC_",)
@@ -228,15 +227,6 @@ def _namespaces(pid_namespace: bool, network: bool) -> dict[str, bool | str]:
     return facts
 
 
-def _private_proc() -> bool:
-    """In the new mount namespace: mounts stay private, and /proc shows this PID namespace only."""
-    lc = isolation.libc()
-    lc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-    if lc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        return False
-    return lc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
-
-
 def _child(workdir: str, command: str, env: dict[str, str], mount_ns: bool, user_namespace: bool, network: bool,
            fences_fd: int, listener_sock) -> None:
     """PID 1 of the namespace: the fences that need no namespace, then exec the shell. What took is
@@ -244,7 +234,7 @@ def _child(workdir: str, command: str, env: dict[str, str], mount_ns: bool, user
     isolation.set_parent_death_signal(signal.SIGKILL)
     fences: dict[str, bool] = {}
     if mount_ns:
-        fences["private_proc"] = _private_proc()
+        fences["private_proc"] = isolation.private_mounts(dev_shm=False)[1]
     fences["landlock"] = isolation.restrict_filesystem([workdir, "/dev/null", "/dev/tty"], readable=readable_paths(),
                                                        tcp=network) > 0
     if os.geteuid() == 0 or user_namespace:  # root's, or those its own user namespace gives: all of them go

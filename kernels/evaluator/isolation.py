@@ -33,8 +33,8 @@ import contextlib
 import ctypes
 import fcntl
 import os
-import shutil
 import platform
+import shutil
 import signal
 import struct
 import sys
@@ -88,10 +88,10 @@ MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
 DEV_SHM_SIZE = "64m"
 
 
-def _private_mounts() -> tuple[bool, bool]:
-    """In a mount namespace of our own (made with the PID namespace), as its PID 1: (1) /dev/shm
-    becomes a small tmpfs that no other process sees (CUDA's driver keeps shared memory there; the
-    host's would be readable, and every sandbox is PID 1, so files named by pid would collide), freed
+def private_mounts(dev_shm: bool = True) -> tuple[bool, bool]:
+    """In a mount namespace of our own (made with the PID namespace), as its PID 1: (1) with `dev_shm`,
+    /dev/shm becomes a small tmpfs that no other process sees (CUDA's driver keeps shared memory there;
+    the host's would be readable, and every sandbox is PID 1, so files named by pid would collide), freed
     when the namespace ends; (2) /proc becomes the namespace's own. With the host's /proc, getpid() (1)
     names the host's init there: CUDA's driver, which looks itself up under /proc/<getpid()>, fails;
     with its own, /proc/1 is this process and no other process of the host can be seen at all.
@@ -100,8 +100,8 @@ def _private_mounts() -> tuple[bool, bool]:
     lc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     if lc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return False, False  # nothing below may be mounted: it would show outside the namespace
-    shm = os.path.isdir("/dev/shm") and lc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                                                 f"size={DEV_SHM_SIZE},mode=1777".encode()) == 0
+    shm = dev_shm and os.path.isdir("/dev/shm") and lc.mount(
+        b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"size={DEV_SHM_SIZE},mode=1777".encode()) == 0
     proc = os.path.isdir("/proc") and lc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
                                                None) == 0
     return shm, proc
@@ -167,7 +167,7 @@ def enter_pid_namespace() -> str:
         global PID_NAMESPACE, PRIVATE_DEV_SHM, OWN_PROC
         PID_NAMESPACE = how
         if mounts:  # never without a mount namespace of its own: the host's mounts would change
-            PRIVATE_DEV_SHM, OWN_PROC = _private_mounts()
+            PRIVATE_DEV_SHM, OWN_PROC = private_mounts()
         return how
     _keep(pid)
     return ""  # not reached: the keeper exits
@@ -595,11 +595,16 @@ def end_adopted(keep: set[int], rounds: int = 20, any_session: bool = False) -> 
 
 
 # --- folders a live process holds ------------------------------------------------------------------
+def _open_folder(folder: Path | str) -> int:
+    """A descriptor of the folder itself, never of what a link at its path points to."""
+    return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
 def hold_folder(folder: Path | str, shared: bool = False) -> int:
     """A lock on `folder` (not followed if it is a link) for as long as the returned descriptor is open:
     the kernel drops it when the holder dies, however it dies, so that remove_unheld knows a folder
     whose holder is gone. Shared: several holders at once (evaluations of the same problem file)."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = _open_folder(folder)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
     except OSError:
@@ -627,7 +632,7 @@ def remove_unheld(folders, older_than_s: float) -> list[str]:
         try:
             if folder.is_symlink() or not folder.is_dir() or time.time() - folder.stat().st_mtime < older_than_s:
                 continue
-            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = _open_folder(folder)
         except OSError:
             continue
         try:
