@@ -82,6 +82,7 @@ class LiteralFacts:
     docstrings: list[str]
 
 
+# the binary operators of literal arithmetic and of FLOPS (evaluated in floats there)
 _ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
           ast.Div: operator.truediv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 # The widest integer literal arithmetic may make: it runs in the worker, the CLI and the judge, where a
@@ -331,10 +332,6 @@ def _check_flops(name: str, expr: str, dims: dict[str, int]) -> None:
                                    f"{type(node).__name__} in {expr!r}")
 
 
-_FLOPS_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
-
-
 def _flops_value(node: ast.AST, shape: dict[str, int]) -> float:
     """A checked FLOPS tree's value, every step in floats (an overflow raises OverflowError)."""
     if isinstance(node, ast.Expression):
@@ -349,7 +346,7 @@ def _flops_value(node: ast.AST, shape: dict[str, int]) -> float:
         v = _flops_value(node.operand, shape)
         return -v if isinstance(node.op, ast.USub) else v
     if isinstance(node, ast.BinOp):
-        return float(_FLOPS_OPS[type(node.op)](_flops_value(node.left, shape), _flops_value(node.right, shape)))
+        return float(_ARITH[type(node.op)](_flops_value(node.left, shape), _flops_value(node.right, shape)))
     if isinstance(node, ast.Call):
         return float(_FLOPS_MATH[node.func.attr](*(_flops_value(a, shape) for a in node.args)))
     raise ValueError(f"{type(node).__name__} in FLOPS")
