@@ -787,8 +787,10 @@ def main(argv: list[str] | None = None) -> int:
         landlock_exec=args.landlock_exec, seccomp=args.seccomp, drop_capabilities=args.drop_capabilities))
     fences["non_dumpable"] = dumpable_off
     reply(FencedReply(fences=fences))
-    if args.problem_file:  # imported before the seal: the harness's half of a file problem
-        import kernels.problems.kernelbench_runtime  # noqa: F401
+    if args.problem_file:  # imported before the seal: the harness's half of a file problem, and the modules
+        from kernels.problems import kernelbench_runtime  # the file imports (preload_imports says why)
+        with open(args.problem_file) as f:
+            kernelbench_runtime.preload_imports(f.read())
     modules_before = set(sys.modules)
     base_threads = {t.name for t in threading.enumerate() if t is not threading.main_thread()}
     # The seal, last before any code of the candidate's or the problem's runs: the audit hook, and the

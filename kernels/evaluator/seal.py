@@ -41,6 +41,13 @@ SEAL_EXIT = 87  # the candidate process's exit status when the seal ended it
 UNTRUSTED, TRITON, TORCH, HARNESS, STDLIB, LIBRARY = "candidate", "triton", "torch", "harness", "stdlib", "library"
 ACTOR_WORDS = {UNTRUSTED: "candidate code", TRITON: "Triton", TORCH: "torch", HARNESS: "the harness",
                LIBRARY: "a library", None: "code with no caller on the stack (a thread or a callback)"}
+# A file problem's code runs in the candidate's process too (its ModelNew is built with Model's
+# constructor arguments), compiled under this name (kernels/problems/kernelbench_runtime.py). It is as
+# untrusted as the candidate's, and the seal treats it alike; only the words differ, so that a reader
+# (a user, the agent) sees whose code it was. The verdict stays a rejection: a candidate that patches
+# what problem code calls could otherwise have its own act blamed on the problem and end the run.
+PROBLEM_CODE_PREFIX = "<problem "
+PROBLEM_WORDS = "the problem file's code"
 
 # Modules candidate code may import for the first time after the seal (their root names); torch and
 # Triton import what they need under their own names.
@@ -204,15 +211,17 @@ def install(*, candidate_file: str, scratch: str, workdir: str, triton_cache: st
         (an import in progress, which reads and compiles module files); whether Triton's frames there
         include one of its compile entry points; whether a standard module that generates code for its
         caller (a dataclass, a namedtuple) stands between."""
-        loose = strict = None
+        loose = strict = culprit = None
         importing = compiling = codegen = False
         depth = 0
         while frame is not None and depth < 400:
             if _type(frame) is not frame_type:
-                return UNTRUSTED, UNTRUSTED, False, False, False
+                return UNTRUSTED, UNTRUSTED, False, False, False, None
             code = frame.f_code
             filename = code.co_filename
             cat = file_category(filename)
+            if cat is UNTRUSTED and culprit is None:
+                culprit = filename
             if cat is STDLIB:
                 if strict is None and filename.startswith("<frozen importlib."):
                     importing = True
@@ -235,7 +244,12 @@ def install(*, candidate_file: str, scratch: str, workdir: str, triton_cache: st
                     break
             frame = frame.f_back
             depth += 1
-        return loose, strict, importing, compiling, codegen
+        return loose, strict, importing, compiling, codegen, culprit
+
+    def words(cat, culprit):
+        if cat is UNTRUSTED and _type(culprit) is _str and culprit.startswith(PROBLEM_CODE_PREFIX):
+            return PROBLEM_WORDS
+        return ACTOR_WORDS[cat]
 
     def normalise(path):
         if _type(path) in path_types:
@@ -266,14 +280,14 @@ def install(*, candidate_file: str, scratch: str, workdir: str, triton_cache: st
                 return True
         return False
 
-    def file_rule(group, event, args, strict, importing, compiling):
+    def file_rule(group, event, args, strict, importing, compiling, culprit):
         target = args[0] if _len(args) else None
         if importing and group != "write" and (strict is UNTRUSTED or strict is None):
             strict = HARNESS  # the import machinery reading a module's files (the import itself was vetted)
         if strict is UNTRUSTED or strict is None:
             shown = normalise(target) if _type(target) in (_str, _bytes) else (
                 f"descriptor {target}" if _type(target) is _int else None)
-            return f"{'of ' + shown + ' ' if shown else ''}(candidate code touches no file)"
+            return f"{'of ' + shown + ' ' if shown else ''}({words(UNTRUSTED, culprit)} touches no file)"
         if target is None:
             return None
         if _type(target) is _int and group != "write":
@@ -298,10 +312,11 @@ def install(*, candidate_file: str, scratch: str, workdir: str, triton_cache: st
 
     def decide(event, group, args, frame):
         """None (allowed) or why not."""
+        loose, strict, importing, compiling, codegen, culprit = actors(frame)
         if group == "hooks" or group == "network" or group == "process":
             detail = args[0] if _len(args) and _type(args[0]) in (_str, _bytes, _int) else None
-            return f"{'(' + repr(detail)[:120] + ') ' if detail is not None else ''}is never allowed once the candidate is loaded"
-        loose, strict, importing, compiling, codegen = actors(frame)
+            return (f"{'(' + repr(detail)[:120] + ') ' if detail is not None else ''}is never allowed once the candidate "
+                    f"is loaded, asked by {words(loose, culprit)}")
         if group == "frames" or group == "code":
             if loose is not UNTRUSTED and loose is not None:
                 return None
@@ -311,26 +326,26 @@ def install(*, candidate_file: str, scratch: str, workdir: str, triton_cache: st
             if codegen and not named:
                 return None  # a dataclass, namedtuple, TypeVar or Enum being built (its code named "<string>")
             attribute = args[1] if event.startswith("object.") and _len(args) > 1 and _type(args[1]) is _str else None
-            return f"{'of ' + attribute + ' ' if attribute else ''}by {ACTOR_WORDS[loose]}"
+            return f"{'of ' + attribute + ' ' if attribute else ''}by {words(loose, culprit)}"
         if group == "import":
             if loose is not UNTRUSTED and loose is not None:
                 return None
             name = args[0] if _len(args) else None
             if _type(name) is _str and name.split(".")[0] in CANDIDATE_IMPORT_ROOTS:
                 return None
-            return f"of {name if _type(name) is _str else 'a module'} by {ACTOR_WORDS[loose]}"
+            return f"of {name if _type(name) is _str else 'a module'} by {words(loose, culprit)}"
         if group == "env":  # torch and Triton set variables of their own; candidate code sets none
             if loose is not UNTRUSTED and loose is not None:
                 return None
             name = args[0] if _len(args) and _type(args[0]) in (_str, _bytes) else None
-            return f"of {name!r} by {ACTOR_WORDS[loose]}"
+            return f"of {name!r} by {words(loose, culprit)}"
         if group == "memory" or group == "native":
             if strict is TRITON or strict is HARNESS:
                 return None
-            return f"by {ACTOR_WORDS[strict]}"
+            return f"by {words(strict, culprit)}"
         if group == "spawn":
             if strict is not TRITON or not compiling:
-                return f"by {ACTOR_WORDS[strict]}{'' if strict is not TRITON else ' outside a compile'}"
+                return f"by {words(strict, culprit)}{'' if strict is not TRITON else ' outside a compile'}"
             program = args[0] if _len(args) else None
             if program is None and _len(args) > 1 and _type(args[1]) in (list, _tuple) and _len(args[1]):
                 program = args[1][0]
@@ -339,8 +354,8 @@ def install(*, candidate_file: str, scratch: str, workdir: str, triton_cache: st
             if _type(program) is _str and basename(program) in COMPILER_TOOLS:
                 return None
             return f"of {program if _type(program) is _str else 'a program'} by Triton"
-        why = file_rule(group, event, args, strict, importing, compiling)
-        return None if why is None else f"{why}, by {ACTOR_WORDS[strict]}"
+        why = file_rule(group, event, args, strict, importing, compiling, culprit)
+        return None if why is None else f"{why}, by {words(strict, culprit)}"
 
     def say(kind, event, why):
         line = "\n" + dumps({"kind": kind, "event": event, "why": why[:300], "nonce": nonce}) + "\n"

@@ -6,6 +6,7 @@ the candidate's ModelNew built with Model's constructor arguments and state_dict
 from __future__ import annotations
 
 import ast
+import importlib
 import types
 
 import torch
@@ -151,6 +152,38 @@ class FileReference:
                 return compiled[key](*self._args(inputs))
             return run
         return {"eager": eager, "compile": LazyBaseline(build_compiled)}
+
+
+MAX_PRELOADED = 64  # module names a file's import statements may have loaded ahead of the seal
+
+
+def imported_modules(source: str) -> list[str]:
+    """The absolute module names the file's import statements name, anywhere in it (`from a import b`
+    names a and, in case it is a submodule, a.b), first MAX_PRELOADED of them."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*"]
+    return list(dict.fromkeys(names))[:MAX_PRELOADED]
+
+
+def preload_imports(source: str) -> None:
+    """In the candidate's process, before the seal: the installed modules the problem file imports.
+    After the seal, problem code is as untrusted as the candidate's and may import no new module, so a
+    file that imports one torch and Triton had not (`import einops`) would get every candidate sealed.
+    Only modules of the interpreter's own path load here, with the fences already up; the problem's
+    own code runs after the seal. A name that does not import is the problem process's to report."""
+    try:
+        names = imported_modules(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
 
 
 def execute(name: str, tree: ast.Module, shape: dict[str, int]) -> types.ModuleType:

@@ -74,6 +74,23 @@ def test_rules_for_candidate_frames(tmp_path):
     assert "by candidate code" in s.verdict("sys._getframe", (frame,), fns["through_stdlib"](inspect.currentframe))
 
 
+def test_what_problem_code_does_is_named_as_the_problems(tmp_path):
+    """A file problem's code (compiled as `<problem NAME>`) is sealed like the candidate's, and the line
+    says whose code it was."""
+    s, cand = _sealed_in_process(tmp_path)
+    problem = _as_candidate("<problem softplus>", """
+        import sys
+        def frame():
+            return sys._getframe()
+    """)["frame"]()
+    for event, args in [("sys._getframe", ()), ("import", ("wave", None, [], [], [])), ("open", ("/etc/passwd", "r", 0)),
+                        ("os.system", ("id",))]:
+        why = s.verdict(event, args, problem)
+        assert why is not None and "the problem file's code" in why and "candidate code" not in why, (event, why)
+    candidate = _as_candidate(cand, "import sys\ndef frame():\n    return sys._getframe()\n")["frame"]()
+    assert "by candidate code" in s.verdict("sys._getframe", (), candidate)
+
+
 def test_rules_for_harness_and_triton_frames(tmp_path):
     s, _ = _sealed_in_process(tmp_path)
     here = sys._getframe()  # this test file is not under the harness: untrusted, like any unknown file

@@ -1,5 +1,6 @@
 """KernelBench-format files as problems (kernels/problems/kernelbench.py): the CLI and the judge on the CPU, tiny
 shapes. The problems here are written for these tests; docs/examples/ holds the README's."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from kernels.evaluator.evaluate import EvalRequest, evaluate
+from kernels.problems import kernelbench_runtime
 from kernels.problems.spec import ProblemFileError, get_problem, resolve_problem
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -254,6 +256,29 @@ def test_eval_a_file_problem_with_shape_overrides(tmp_path, candidate, status):
     assert verdict["shapes"][0]["shape"] == {"rows": 3, "cols": 45}  # the override, not the file's 1000x1000
     if status == "rejected":
         assert "torch computed part of the answer" in verdict["reason"]
+
+
+def test_a_problem_importing_a_module_torch_did_not_load_judges_the_candidate(tmp_path):
+    """The file's own imports load in the candidate's process ahead of the seal: were they first imported
+    by the file's code after it, every candidate would be sealed for them."""
+    unloaded = [m for m in ("wave", "colorsys", "netrc", "sched") if importlib.util.find_spec(m)]
+    probe = subprocess.run([sys.executable, "-c", "import sys, torch, triton, triton.language; print(' '.join(sys.modules))"],
+                           capture_output=True, text=True, timeout=120)
+    unloaded = [m for m in unloaded if m not in probe.stdout.split()]
+    assert unloaded, "no standard module left that torch and Triton do not load"
+    lines = "".join(f"import {m}\n" for m in unloaded[:1]) + "".join(f"from {m} import *\n" for m in unloaded[1:])
+    problem = SOFTPLUS.replace("import torch\n", "import torch\n" + lines, 1)
+    files = _write(tmp_path, importing=problem)
+    out = _eval(tmp_path, files["importing"], HONEST, "--shape", "rows=3,cols=45")
+    verdict = json.loads(out.stdout)
+    assert verdict["status"] == "ok", verdict["reason"]
+
+
+def test_imported_modules_names_every_absolute_import():
+    source = "import a.b, c\nfrom d import e\nfrom x import *\nfrom . import f\ndef g():\n    import h\n"
+    assert kernelbench_runtime.imported_modules(source) == ["a.b", "c", "d", "d.e", "x", "h"]
+    many = "".join(f"import m{i}\n" for i in range(200))
+    assert len(kernelbench_runtime.imported_modules(many)) == kernelbench_runtime.MAX_PRELOADED
 
 
 def test_a_linear_layer_with_an_epilogue_gets_models_parameters():
