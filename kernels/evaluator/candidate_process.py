@@ -8,9 +8,12 @@ reference's are made); outputs go back as files; the reference never enters this
 from __future__ import annotations
 
 import argparse
+import array
+import collections
 import functools
 import importlib
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -21,6 +24,7 @@ import threading
 import time
 import traceback
 import types
+import warnings
 
 import torch
 import triton
@@ -319,37 +323,63 @@ class Around:
 
 
 def _digest(value, depth: int = 0) -> str:
-    """A cheap fingerprint of module-level state, deep enough to see a cache being filled."""
+    """A cheap fingerprint of module-level state, deep enough to see a cache being filled. Kinds are told
+    by type(value), and builtin containers read through their base type's own methods, so that no
+    method of the candidate's (a __class__, __repr__, __iter__ or __len__ of its own) runs here."""
+    kind = type(value)
     if depth > 4:
-        return type(value).__name__
-    if isinstance(value, (KernelInterface, JITFunction, types.ModuleType)):
-        return type(value).__name__  # Triton's own caches change as it compiles; not the candidate's
-    if isinstance(value, torch.Tensor):
+        return kind.__name__
+    if issubclass(kind, (KernelInterface, JITFunction, types.ModuleType)):
+        return kind.__name__  # Triton's own caches change as it compiles; not the candidate's
+    if issubclass(kind, torch.Tensor):
         return f"T({value.data_ptr()},{tuple(value.shape)},{value.dtype})"  # a reused workspace is no change
-    if isinstance(value, (int, float, complex, str, bytes, bool, type(None))):
-        return repr(value)[:200]
-    if isinstance(value, dict):
-        items = list(value.items())[:256]
-        return "{" + ",".join(f"{_digest(k, depth + 1)}:{_digest(v, depth + 1)}" for k, v in items) + f"}}#{len(value)}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_digest(v, depth + 1) for v in list(value)[:256]) + f"]#{len(value)}"
-    if isinstance(value, (set, frozenset)):
-        return "{" + ",".join(sorted(_digest(v, depth + 1) for v in list(value)[:256])) + f"}}#{len(value)}"
-    if isinstance(value, functools._lru_cache_wrapper):
+    for base in _SCALARS:
+        if issubclass(kind, base):
+            shown = base.__getitem__(value, slice(0, 200)) if base in (str, bytes) else value
+            return base.__repr__(shown)[:200] + (f"#{base.__len__(value)}" if base in (str, bytes) else "")
+    if issubclass(kind, dict):
+        items = list(itertools.islice(dict.items(value), 256))
+        return "{" + ",".join(f"{_digest(k, depth + 1)}:{_digest(v, depth + 1)}" for k, v in items) + f"}}#{dict.__len__(value)}"
+    for base in (list, tuple, collections.deque, array.array, set, frozenset):
+        if issubclass(kind, base):
+            parts = [_digest(v, depth + 1) for v in itertools.islice(base.__iter__(value), 256)]
+            if base in (set, frozenset):
+                parts.sort()
+            return f"{base.__name__}[" + ",".join(parts) + f"]#{base.__len__(value)}"
+    if issubclass(kind, (bytearray, memoryview)):
+        view = memoryview(value).cast("B")
+        return f"{kind.__name__}({view.nbytes},{hash(bytes(view[:4096]))})"
+    if issubclass(kind, functools._lru_cache_wrapper):
         return f"lru_cache({value.cache_info().currsize})"
-    if isinstance(value, functools.partial):
+    if issubclass(kind, functools.partial):
         return f"partial({_digest(value.args, depth + 1)},{_digest(value.keywords, depth + 1)})"
-    if isinstance(value, types.FunctionType):
+    if issubclass(kind, types.FunctionType):
         cells = [c.cell_contents for c in (value.__closure__ or ()) if _cell_filled(c)]
         return (f"fn({_digest(value.__defaults__, depth + 1)},{_digest(value.__kwdefaults__, depth + 1)},"
                 f"{_digest(cells, depth + 1)},{_digest(vars(value), depth + 1)})")
-    if getattr(type(value), "__module__", None) == CANDIDATE_MODULE or (
-            isinstance(value, type) and value.__module__ == CANDIDATE_MODULE):
+    if issubclass(kind, (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)):
+        frame = getattr(value, "gi_frame", None) or getattr(value, "cr_frame", None) or getattr(value, "ag_frame", None)
+        return f"{kind.__name__}({_digest(dict(frame.f_locals), depth + 1) if frame is not None else 'done'})"
+    if kind.__module__ == CANDIDATE_MODULE or (issubclass(kind, type) and value.__module__ == CANDIDATE_MODULE):
         try:
-            return f"{type(value).__name__}({_digest(dict(vars(value)), depth + 1)})"
+            return f"{kind.__name__}({_digest(dict(vars(value)), depth + 1)})"
         except TypeError:
             pass
-    return f"{type(value).__name__}@{id(value)}"
+    if kind.__module__ in _STATE_BY_PICKLE:
+        try:  # iterators of the standard library keep their position out of sight but in their pickled state
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                reduced = value.__reduce_ex__(2)
+            return f"{kind.__name__}({_digest(reduced, depth + 1)})"
+        except Exception:
+            pass
+    return f"{kind.__name__}@{id(value)}"
+
+
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+# modules whose types hold state a cache could live in outside __dict__ (an itertools.cycle over answers,
+# a list iterator's position), which their pickled form shows
+_STATE_BY_PICKLE = frozenset({"builtins", "itertools", "collections", "_collections", "functools", "operator"})
 
 
 def _cell_filled(cell) -> bool:
