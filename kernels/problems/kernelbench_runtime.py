@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
+import os
+import site
+import sysconfig
 import types
+from pathlib import Path
 
 import torch
 
@@ -169,19 +174,46 @@ def imported_modules(source: str) -> list[str]:
     return list(dict.fromkeys(names))[:MAX_PRELOADED]
 
 
+def installed_roots() -> tuple[str, ...]:
+    """Where installed code lives: the interpreter's standard library and site-packages, and the project's
+    kernels package (a problem's shipped helpers)."""
+    paths = sysconfig.get_paths()
+    found = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")] + list(site.getsitepackages())
+    found.append(str(Path(__file__).resolve().parents[1]))
+    return tuple(dict.fromkeys(os.path.join(os.path.realpath(p), "") for p in found if p))
+
+
+def _installed(top: str, roots: tuple[str, ...]) -> bool:
+    """Whether the top-level module `top` is found under `roots` (or built in), without importing it."""
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    places = ([os.path.realpath(spec.origin)] if spec.origin and spec.has_location else []) + [
+        os.path.join(os.path.realpath(p), "") for p in spec.submodule_search_locations or []]
+    if not places:
+        return spec.origin in ("built-in", "frozen")
+    return all(p.startswith(roots) for p in places)
+
+
 def preload_imports(source: str) -> None:
     """In the candidate's process, before the seal: the installed modules the problem file imports.
     After the seal, problem code is as untrusted as the candidate's and may import no new module, so a
     file that imports one torch and Triton had not (`import einops`) would get every candidate sealed.
-    Only modules of the interpreter's own path load here, with the fences already up; the problem's
-    own code runs after the seal. A name that does not import is the problem process's to report."""
+    Only modules found under installed_roots() load here (never one from the working folder or beside
+    the problem), with the fences already up; the problem's own code runs after the seal. A name that
+    does not import is the problem process's to report."""
     try:
         names = imported_modules(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return
+    roots = installed_roots()
     for name in names:
         try:
-            importlib.import_module(name)
+            if _installed(name.partition(".")[0], roots):
+                importlib.import_module(name)
         except Exception:
             pass
 

@@ -281,6 +281,15 @@ def test_imported_modules_names_every_absolute_import():
     assert len(kernelbench_runtime.imported_modules(many)) == kernelbench_runtime.MAX_PRELOADED
 
 
+def test_only_installed_modules_are_preloaded(tmp_path, monkeypatch):
+    """A module beside the problem or in the working folder is never imported ahead of the seal."""
+    (tmp_path / "marathon_planted.py").write_text("import sys\nsys.marathon_planted_ran = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kernelbench_runtime.preload_imports("import marathon_planted\nimport colorsys\n")
+    assert "marathon_planted" not in sys.modules and not hasattr(sys, "marathon_planted_ran")
+    assert "colorsys" in sys.modules
+
+
 def test_a_linear_layer_with_an_epilogue_gets_models_parameters():
     """linear_gelu: nn.Linear's weight and bias, loaded from Model's state_dict; the candidate reads
     them and calls nothing of torch's; the same candidate in fp16 passes too."""
