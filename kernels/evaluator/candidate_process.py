@@ -753,13 +753,13 @@ def _output_problem(out, inputs, shape, dtype, device) -> str | None:
     return None
 
 
-def _file_problem_entry(cls, args: protocol.CandidateAssignment):
-    """The candidate's ModelNew, wrapped to be built per shape with Model's parameters."""
+def _file_problem_entry(cls, args: protocol.CandidateAssignment, source: str):
+    """The candidate's ModelNew, wrapped to be built per shape with Model's parameters (`source`: the
+    problem file's text)."""
     from kernels.problems.kernelbench_runtime import CandidateModel, FileReference
     if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
         raise TypeError(f"{args.entry} must be a torch.nn.Module subclass")
-    with open(args.problem_file) as f:
-        reference = FileReference(args.problem_name, f.read())
+    reference = FileReference(args.problem_name, source)
     reference.param_seed = args.param_seed
     return CandidateModel(cls, reference, args.device)
 
@@ -817,10 +817,12 @@ def main(argv: list[str] | None = None) -> int:
         landlock_exec=args.landlock_exec, seccomp=args.seccomp, drop_capabilities=args.drop_capabilities))
     fences["non_dumpable"] = dumpable_off
     reply(FencedReply(fences=fences))
+    problem_source = None
     if args.problem_file:  # imported before the seal: the harness's half of a file problem, and the modules
         from kernels.problems import kernelbench_runtime  # the file imports (preload_imports says why)
         with open(args.problem_file) as f:
-            kernelbench_runtime.preload_imports(f.read())
+            problem_source = f.read()
+        kernelbench_runtime.preload_imports(problem_source, tuple(p for ps in seal.code_roots().values() for p in ps))
     modules_before = set(sys.modules)
     base_threads = {t.name for t in threading.enumerate() if t is not threading.main_thread()}
     # The seal, last before any code of the candidate's or the problem's runs: the audit hook, and the
@@ -851,7 +853,7 @@ def main(argv: list[str] | None = None) -> int:
     new_modules = sorted(set(sys.modules) - modules_before - {CANDIDATE_MODULE})
     if args.problem_file:  # the problem's own imports are not the candidate's
         try:
-            fn = _file_problem_entry(fn, args)
+            fn = _file_problem_entry(fn, args, problem_source)
         except BaseException:
             reply(ErrorReply(compile=True, fatal=True, error=traceback.format_exc(limit=8)[-6000:]))
             return 0

@@ -114,7 +114,8 @@ def _roots(*paths) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _code_roots() -> dict[str, tuple[str, ...]]:
+def code_roots() -> dict[str, tuple[str, ...]]:
+    """Where each kind of code on disk lives (category -> path prefixes ending in '/')."""
     import torch
     import triton
     paths = sysconfig.get_paths()
@@ -131,7 +132,7 @@ def _code_roots() -> dict[str, tuple[str, ...]]:
 def make_classifier(untrusted_files: frozenset[str]):
     """file_category(co_filename) -> category. Longest prefixes first: site-packages lies under the
     venv's platstdlib, torch and Triton under site-packages."""
-    roots = _code_roots()
+    roots = code_roots()
     table = sorted(((prefix, cat) for cat, prefixes in roots.items() for prefix in prefixes),
                    key=lambda pc: -len(pc[0]))
     table = tuple(table)

@@ -9,10 +9,7 @@ import ast
 import importlib
 import importlib.util
 import os
-import site
-import sysconfig
 import types
-from pathlib import Path
 
 import torch
 
@@ -174,15 +171,6 @@ def imported_modules(source: str) -> list[str]:
     return list(dict.fromkeys(names))[:MAX_PRELOADED]
 
 
-def installed_roots() -> tuple[str, ...]:
-    """Where installed code lives: the interpreter's standard library and site-packages, and the project's
-    kernels package (a problem's shipped helpers)."""
-    paths = sysconfig.get_paths()
-    found = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")] + list(site.getsitepackages())
-    found.append(str(Path(__file__).resolve().parents[1]))
-    return tuple(dict.fromkeys(os.path.join(os.path.realpath(p), "") for p in found if p))
-
-
 def _installed(top: str, roots: tuple[str, ...]) -> bool:
     """Whether the top-level module `top` is found under `roots` (or built in), without importing it."""
     try:
@@ -198,18 +186,17 @@ def _installed(top: str, roots: tuple[str, ...]) -> bool:
     return all(p.startswith(roots) for p in places)
 
 
-def preload_imports(source: str) -> None:
+def preload_imports(source: str, roots: tuple[str, ...]) -> None:
     """In the candidate's process, before the seal: the installed modules the problem file imports.
     After the seal, problem code is as untrusted as the candidate's and may import no new module, so a
     file that imports one torch and Triton had not (`import einops`) would get every candidate sealed.
-    Only modules found under installed_roots() load here (never one from the working folder or beside
-    the problem), with the fences already up; the problem's own code runs after the seal. A name that
-    does not import is the problem process's to report."""
+    Only modules found under `roots` (where installed code lives: seal.code_roots) load here, never one
+    from the working folder or beside the problem, with the fences already up; the problem's own code
+    runs after the seal. A name that does not import is the problem process's to report."""
     try:
         names = imported_modules(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return
-    roots = installed_roots()
     for name in names:
         try:
             if _installed(name.partition(".")[0], roots):

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from kernels.evaluator.evaluate import EvalRequest, evaluate
+from kernels.evaluator import seal
 from kernels.problems import kernelbench_runtime
 from kernels.problems.spec import ProblemFileError, get_problem, resolve_problem
 
@@ -285,7 +286,8 @@ def test_only_installed_modules_are_preloaded(tmp_path, monkeypatch):
     """A module beside the problem or in the working folder is never imported ahead of the seal."""
     (tmp_path / "marathon_planted.py").write_text("import sys\nsys.marathon_planted_ran = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    kernelbench_runtime.preload_imports("import marathon_planted\nimport colorsys\n")
+    roots = tuple(p for ps in seal.code_roots().values() for p in ps)
+    kernelbench_runtime.preload_imports("import marathon_planted\nimport colorsys\n", roots)
     assert "marathon_planted" not in sys.modules and not hasattr(sys, "marathon_planted_ran")
     assert "colorsys" in sys.modules
 
