@@ -619,10 +619,11 @@ class CandidateServer:
 
     def arm(self, cmd: protocol.ArmRequest) -> ArmedReply:
         """A batch of clocked calls, made ready before the judge's clock starts (it times the `fire` that
-        follows): an input set per seed of `capture_seeds`; on CUDA the calls on them captured in one
-        CUDA graph (after a warm-up call each, as torch.cuda.graphs asks), so that the fire replays them
-        with none of the candidate's Python on the clock; then every set refilled with the values of its
-        seed in `seeds`. The digest's weights too."""
+        follows): an input set per seed of `capture_seeds`; on CUDA one CUDA graph holding the whole
+        batch (the perturbation of its inputs, the calls, after a warm-up call each as torch.cuda.graphs
+        asks, and the digest of their outputs), its factors and positions read from a small tensor the
+        fire fills, so that the fire replays it with no Python of the candidate's or ours on the clock;
+        then every set refilled with the values of its seed in `seeds`."""
         reference = self._problem_reference(cmd.problem)
         self._prepare(cmd.shape, cmd.dtype)
         shape, dtype = cmd.shape, getattr(torch, cmd.dtype)
@@ -630,24 +631,26 @@ class CandidateServer:
         expected_shape, out_dtype = reference.output_spec(shape, dtype)
         expected_shape = tuple(expected_shape)
         index = cmd.index
-        graph, outs, graph_error = None, None, None
+        digest = timing.ClockDigest(timing.digest_weights(timing.DIGEST_ELEMENTS, cmd.a, cmd.b, self.device))
+        params = torch.zeros(4, dtype=torch.int64, device=self.device)  # the fire's (pa, pb, da, db)
+        graph, outs, value, graph_error = None, None, None, None
         if self.device == "cuda" and cmd.graph:
             try:
-                graph, outs = self._capture(sets, index)
+                graph, outs, value = self._capture(sets, index, params, digest, expected_shape, out_dtype)
             except Exception as exc:  # not every callable is capturable: the batch runs eagerly
                 graph_error = f"{type(exc).__name__}: {exc}"[:300]
+                graph, outs, value = None, None, None
                 torch.cuda.synchronize()
         for inputs, seed in zip(sets, cmd.seeds):
-            for name, value in reference.make_inputs(shape, seed, self.device, dtype).items():
-                if isinstance(value, torch.Tensor):
-                    inputs[name].copy_(value)
-        weights = timing.digest_weights(timing.DIGEST_ELEMENTS, cmd.a, cmd.b, self.device)
-        self.armed = (sets, expected_shape, out_dtype, index, weights, graph, outs)
+            for name, v in reference.make_inputs(shape, seed, self.device, dtype).items():
+                if isinstance(v, torch.Tensor):
+                    inputs[name].copy_(v)
+        self.armed = (sets, expected_shape, out_dtype, index, graph, outs, value, digest, params)
         if self.device == "cuda":
             torch.cuda.synchronize()
         return ArmedReply(graph=graph is not None, graph_error=graph_error)
 
-    def _capture(self, sets: list[dict], index: int):
+    def _capture(self, sets: list[dict], index: int, params: torch.Tensor, digest, expected_shape, dtype):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -658,33 +661,42 @@ class CandidateServer:
         torch.cuda.synchronize()
         graph, outs = torch.cuda.CUDAGraph(), []
         with torch.cuda.graph(graph):
+            timing.perturb_sets(sets, params[0], params[1])
             for k, inputs in enumerate(sets):
                 with self.around(index + len(sets) + k):
                     outs.append(self.fn(**inputs))
+            if any(type(out) is not torch.Tensor or tuple(out.shape) != expected_shape or out.dtype != dtype
+                   for out in outs):  # the eager batch says what is wrong with them
+                raise ValueError("an output of the captured calls is not a tensor of the expected shape and dtype")
+            value = digest.compute(outs, params[2], params[3])
         torch.cuda.synchronize()
-        return graph, outs
+        return graph, outs, value
 
     def fire(self, cmd: protocol.FireRequest) -> FiredReply:
         """On the judge's clock: every armed input set perturbed by the factors the command brings, the
-        calls made back to back (the graph replayed, or eagerly), and one digest of the outputs at
-        positions the command draws: the reply that stops the clock carries it. The outputs are kept
-        for save_timed, and checked in full there."""
-        sets, expected_shape, dtype, index, weights, graph, outs = self.armed
+        calls made back to back, and one digest of the outputs at positions the command draws (the graph
+        replayed, or all of it eagerly): the reply that stops the clock carries the digest. The outputs
+        are kept for save_timed, and checked in full there."""
+        sets, expected_shape, dtype, index, graph, outs, value, digest, params = self.armed
         self.armed = None
-        for k, inputs in enumerate(sets):
-            timing.perturb_inputs(inputs, cmd.pa, cmd.pb + k)
+        m = timing.DIGEST_MODULUS
+        params.copy_(torch.tensor([cmd.pa % m, cmd.pb, cmd.da % m, cmd.db], dtype=torch.int64))
         if graph is not None:
             graph.replay()
         else:
+            timing.perturb_sets(sets, params[0], params[1])
             outs = []
             for k, inputs in enumerate(sets):
                 with self.around(index + k):
                     outs.append(self.fn(**inputs))
+            for out in outs:
+                if type(out) is not torch.Tensor or tuple(out.shape) != expected_shape or out.dtype != dtype:
+                    return FiredReply(digest=None,
+                                      output_problem=_output_problem(out, [], expected_shape, dtype, self.device))
+            value = digest.compute(outs, params[2], params[3])
         for k, out in enumerate(outs):
-            if type(out) is not torch.Tensor or tuple(out.shape) != expected_shape or out.dtype != dtype:
-                return FiredReply(digest=None, output_problem=_output_problem(out, [], expected_shape, dtype, self.device))
             self.timed[index + k] = out
-        return FiredReply(digest=timing.batch_digest(outs, cmd.da, cmd.db, weights), output_problem=None)
+        return FiredReply(digest=float(value.item()), output_problem=None)
 
     def ping(self, cmd: protocol.PingRequest) -> PongReply:
         return PongReply()
@@ -723,7 +735,13 @@ class CandidateServer:
                 self.channel.send(ForgotReply())
                 continue
             try:
-                self.channel.send(handlers[cmd.op](cmd))
+                reply = handlers[cmd.op](cmd)
+                if self.device == "cuda" and cmd.op not in ("fire", "ping"):
+                    # what the command freed goes back to the device, not to this process's cache: the
+                    # judge and a file problem's process share the GPU with it (a file's own sizes are
+                    # tens of GiB). Not after a fire, whose reply stops the judge's clock.
+                    torch.cuda.empty_cache()
+                self.channel.send(reply)
             except Exception as exc:
                 text = traceback.format_exc(limit=8)
                 fatal = "CUDA" in text or "cuda" in type(exc).__name__.lower()

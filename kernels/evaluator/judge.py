@@ -1211,6 +1211,7 @@ class Judge:
                 if not probe:
                     input_sets.append(seed if self.remote else inputs)
                 del out, ref, inputs
+                self._give_back()
             result.correct = True
             if self.req.mode == "full" and not probe:
                 self._time(candidate, result, shape, input_sets, out_bytes)
@@ -1450,6 +1451,13 @@ class Judge:
         if note and note not in self.verdict.gpu_shared:
             self.verdict.gpu_shared = "; ".join(filter(None, [self.verdict.gpu_shared, note]))
 
+    def _give_back(self) -> None:
+        """What a comparison freed goes back to the device, not to this process's cache: the candidate's
+        process and a file problem's share the GPU with the judge (at a file's own sizes, one output is
+        GiBs)."""
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+
     def _keep_bytes(self) -> int | None:
         """How much of the timed calls' outputs the candidate's process may keep for the re-check: on a
         GPU a share of its memory (past it the process keeps a uniform random sample of the calls,
@@ -1509,6 +1517,7 @@ class Judge:
                               f"refilled buffers) at {shape_label(shape)} is wrong ({why}): outputs of timed calls are "
                               "re-checked, so cached, replayed or skipped work fails here")
             del out, ref
+            self._give_back()
 
     def _references(self, shape, seeds: list[int]):
         """The reference outputs for the inputs of these seeds, in order. A file problem's come from its
@@ -1594,6 +1603,7 @@ class Judge:
                                   "its inputs took fresh values when the clock started")
                 digest.add(out)
                 del out, ref
+                self._give_back()
             digest = digest.value()
             claimed = reply.digest
             if claimed is None or not abs(claimed - digest) <= 1e-6 * (abs(digest) + 1.0):

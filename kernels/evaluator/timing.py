@@ -267,28 +267,45 @@ def perturb_inputs(inputs: dict, a: int, b: int) -> str | None:
     """Scales the smallest floating-point input tensor, in place, by factors in [0.8, 1.0) drawn from
     (a, b): fresh values the candidate's process learns only when the judge's clock has started, so no
     answer can have been prepared for them beforehand. Every element changes; the factors repeat every
-    PERTURB_PERIOD elements, so only that many are computed and the whole costs one pass over the tensor
-    (it runs on the judge's clock: for an input of millions of elements, computing a factor per element
-    cost more than the calls timed). The same on any device: the factors are cast to the tensor's
+    PERTURB_PERIOD elements, so only that many are computed and the whole costs one pass over the tensor.
+    The same on any device: integer arithmetic, one exact division, the factors cast to the tensor's
     dtype, then one rounded multiply each. Returns the input's name."""
+    name = _perturbed_name(inputs)
+    if name is not None:
+        params = torch.tensor([a % DIGEST_MODULUS, b], dtype=torch.int64, device=inputs[name].device)
+        perturb_sets([inputs], params[0], params[1])
+    return name
+
+
+def _perturbed_name(inputs: dict) -> str | None:
     floats = sorted((v.numel(), name) for name, v in inputs.items()
                     if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel())
-    if not floats:
-        return None
-    name = floats[0][1]
-    x = inputs[name]
-    n = x.numel()
+    return floats[0][1] if floats else None
+
+
+def perturb_sets(sets: list[dict], a: torch.Tensor, b: torch.Tensor) -> None:
+    """perturb_inputs(sets[k], a, b + k) for every k, with a (already reduced modulo DIGEST_MODULUS) and b
+    as int64 tensors on the inputs' device: tensor arithmetic only, so that a clocked batch's
+    perturbation is captured in its CUDA graph with the calls and its factors given at replay (made op by
+    op from Python, a set's perturbation cost more host time than the calls it preceded)."""
+    name = _perturbed_name(sets[0]) if sets else None
+    if name is None:
+        return
+    x0 = sets[0][name]
+    n, device = x0.numel(), x0.device
     period = min(n, PERTURB_PERIOD)
-    factors = (0.9 + 0.2 * digest_weights(period, a, b, x.device)).to(x.dtype)
-    flat = x.view(-1) if x.is_contiguous() else None
-    if flat is None:  # a strided input: the same factors, through a contiguous copy
-        flat = x.contiguous().view(-1)
+    idx = torch.arange(period, dtype=torch.int64, device=device)
+    k = torch.arange(len(sets), dtype=torch.int64, device=device).unsqueeze(1)
+    weights = ((idx * a + (b + k)) % DIGEST_MODULUS).double() / DIGEST_MODULUS - 0.5
+    factors = (0.9 + 0.2 * weights).to(x0.dtype)  # one row per set
     whole = n // period * period
-    flat[:whole].view(-1, period).mul_(factors)
-    flat[whole:].mul_(factors[:n - whole])
-    if not x.is_contiguous():
-        x.copy_(flat.view(x.shape))
-    return name
+    for row, inputs in zip(factors, sets):
+        x = inputs[name]
+        flat = x.view(-1) if x.is_contiguous() else x.contiguous().view(-1)  # strided: through a copy
+        flat[:whole].view(-1, period).mul_(row)
+        flat[whole:].mul_(row[:n - whole])
+        if not x.is_contiguous():
+            x.copy_(flat.view(x.shape))
 
 
 def batch_digest(outs: list[torch.Tensor], a: int, b: int, weights: torch.Tensor) -> float:
@@ -297,10 +314,36 @@ def batch_digest(outs: list[torch.Tensor], a: int, b: int, weights: torch.Tensor
     so the outputs had to be there when the judge's clock stopped (values computed later, lazily or in
     the untimed checking, cannot have matched it). The positions are drawn when the clock starts, so
     every element must be ready; a few kernels whatever the outputs' size."""
-    digest = BatchDigest(sum(o.numel() for o in outs), a, b, weights, outs[0].device if outs else "cpu")
-    for out in outs:
-        digest.add(out)
-    return digest.value()
+    device = outs[0].device if outs else "cpu"
+    params = torch.tensor([a % DIGEST_MODULUS, b], dtype=torch.int64, device=device)
+    return float(ClockDigest(weights.to(device)).compute(outs, params[0], params[1]).item())
+
+
+class ClockDigest:
+    """batch_digest over a batch of outputs of one shape, with its (a, b) as int64 tensors (a already
+    reduced modulo DIGEST_MODULUS): tensor arithmetic only, no value read back, so that it is captured in
+    the batch's CUDA graph and its positions given at replay. The value BatchDigest (the judge's) gets
+    from the same outputs."""
+
+    def __init__(self, weights: torch.Tensor) -> None:
+        self.weights = weights
+
+    def compute(self, outs: list[torch.Tensor], a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        numel = outs[0].numel() if outs else 0
+        total = numel * len(outs)
+        m = min(self.weights.numel(), total)
+        if m == 0:
+            return torch.zeros((), dtype=torch.float64, device=self.weights.device)
+        device = outs[0].device
+        pos = (torch.arange(m, dtype=torch.int64, device=device) * a + b) % total
+        local = pos.unsqueeze(0) - torch.arange(len(outs), dtype=torch.int64, device=device).unsqueeze(1) * numel
+        inside = (local >= 0) & (local < numel)  # each position lies in exactly one output
+        idx = local.clamp(0, numel - 1)
+        gathered = torch.empty(len(outs), m, dtype=outs[0].dtype, device=device)
+        for k, out in enumerate(outs):
+            torch.index_select(out.detach().reshape(-1), 0, idx[k], out=gathered[k])
+        vals = torch.where(inside, gathered.double(), torch.zeros((), dtype=torch.float64, device=device)).sum(0)
+        return (vals * self.weights[:m].to(device)).sum()
 
 
 class BatchDigest:

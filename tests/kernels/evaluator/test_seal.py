@@ -303,6 +303,18 @@ def test_the_batch_digest_and_the_perturbation_are_the_same_wherever_computed():
     strided = {"x": long.clone().t()}  # not contiguous: the same factors by position in it laid flat
     timing.perturb_inputs(strided, 31337, 4)
     assert torch.equal(strided["x"], (long.t().contiguous().view(-1) * f.repeat(3)).view(long.t().shape))
+    # the clocked batch's forms (tensor arguments, captured in a CUDA graph): the judge's values exactly
+    judge = timing.BatchDigest(4 * 105, 7919, 13, w, "cpu")
+    for o in outs:
+        judge.add(o)
+    assert judge.value() == d
+    params = torch.tensor([31337, 4], dtype=torch.int64)
+    batch = [{"x": long.clone()}, {"x": long.clone().t()}, {"x": long.clone()}]
+    timing.perturb_sets(batch, params[0], params[1])
+    for k, inputs in enumerate(batch):
+        alone = {"x": long.clone().t() if k == 1 else long.clone()}
+        timing.perturb_inputs(alone, 31337, 4 + k)
+        assert torch.equal(inputs["x"], alone["x"])
     if torch.cuda.is_available():
         assert torch.equal(timing.digest_weights(64, 123457, 99, "cuda").cpu(), w)
         assert abs(timing.batch_digest([o.cuda() for o in outs], 7919, 13, w.cuda()) - d) <= 1e-9 * (abs(d) + 1)
