@@ -39,6 +39,7 @@ from kernels.evaluator.protocol import (ArmedReply, BeginRecord, CalledReply, Ca
                                         PongReply, ProbeRecord, SavedReply, ThreadRecord, TimedReply)
 
 CANDIDATE_MODULE = "candidate"
+KEPT_BYTES = 8 * 2**30  # recent outputs kept alive (their memory not reused by a later call), at most
 # aten ops that only allocate, move, view or cast data: everything else is computation, which must
 # happen in the candidate's own Triton kernels. A tensor's values read into Python (item, float, int,
 # bool, an index: aten._local_scalar_dense) are not among them: the launcher's Python would compute.
@@ -474,7 +475,14 @@ class CandidateServer:
         """Fill the allocator's free memory with the poison byte: whatever the candidate gets without
         writing it (a stale block, a partial write) reads as poison (0xFF is NaN in every float type)."""
         blocks = []
-        for size in (nbytes, nbytes, 2 * nbytes, 64 * 2**20):
+        # on a GPU shared with the judge and a file problem's process, past the first block (the one an
+        # output of this size reuses) none beyond what the device has free, less room for the call
+        # itself: at a file's own sizes an output is GiBs
+        free = torch.cuda.mem_get_info()[0] - 2 * nbytes - 2**30 if self.device == "cuda" else math.inf
+        for k, size in enumerate((nbytes, nbytes, 2 * nbytes, 64 * 2**20)):
+            if k and size > free:
+                continue
+            free -= size if k else 0
             t = torch.empty(max(size, 4), dtype=torch.uint8, device=self.device)
             t.fill_(byte)
             blocks.append(t)
@@ -531,7 +539,8 @@ class CandidateServer:
             tampered=self.tampered(),
         )
         if problem is None:
-            self.keep = (self.keep + [out])[-4:]
+            # (the last four outputs, or as many as fit KEPT_BYTES, at least the last)
+            self.keep = (self.keep + [out])[-max(1, min(4, KEPT_BYTES // max(out_bytes, 1))):]
             torch.save(out.detach().to("cpu"), cmd.output)
         return facts
 

@@ -913,6 +913,7 @@ CLOCK_INPUT_BYTES = 2**30
 # Outputs of timed calls the candidate's process keeps for the re-check, on a GPU: this share of its
 # memory at most (the file problems' own sizes: 23_Softmax's output is 6 GiB, forty of them no GPU holds)
 KEEP_FRACTION = 0.3
+AHEAD_BYTES = 2**30  # references made ahead, while the candidate's process starts, up to this size each
 SAVE_BATCH_BYTES = 2**31  # outputs saved as files at once for the judge (at least one), each read and removed before the next
 CLOCKED_INDEX = 1_000_000
 
@@ -1170,7 +1171,10 @@ class Judge:
         # the first shape's references are made while the candidate's process starts (sandbox_start is
         # what is left to wait): it sees none of them; it makes each call's inputs itself from the seed
         # the call names, and the reference never enters it
-        for s in range(self._seeds()):
+        # (one seed only when an output is large: each reference waits on the device until compared)
+        out_shape, out_dtype = self.reference.output_spec(shapes[0], self.dtype)
+        ahead = self._seeds() if self._output_bytes(out_shape, out_dtype) <= AHEAD_BYTES else 1
+        for s in range(ahead):
             self._prepare(0, shapes[0], s)
         with self._phase("sandbox_start"):
             ready = self._ready(candidate)
