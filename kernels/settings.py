@@ -79,7 +79,7 @@ class Settings(BaseModel):
                                                         "run-time defences behind it (the verdict is flagged)")
 
     # --- the sandboxes (the candidate's process and a file problem's) --------------------------------
-    sandbox_seccomp: bool = Field(True, description="the seccomp filter (no sockets but AF_UNIX, no fork, "
+    sandbox_seccomp: bool = Field(True, description="the seccomp filter (no socket() at all, socketpair for streams only, no fork, "
                                                     "exec only for the compilers)")
     sandbox_landlock: bool = Field(True, description="Landlock: writes only under the scratch folder and "
                                                      "Triton's cache, no TCP")

@@ -127,31 +127,56 @@ def readable_paths() -> list[str]:
     return paths
 
 
-# --- seeing network attempts: a seccomp filter whose socket(AF_INET/AF_INET6) calls the launcher answers --
-# The command's processes cannot reach a network anyway (their namespace has none); the launcher also
-# counts their attempts, so that a candidate that tries is rejected, not merely failed.
-_SECCOMP_NR = {"x86_64": (0xC000003E, 41, 317), "aarch64": (0xC00000B7, 198, 277)}  # arch, socket, seccomp
+# --- the command's sockets: a seccomp filter that refuses Unix sockets of a path, and passes its
+# socket(AF_INET/AF_INET6) calls to the launcher to answer --
+# A Unix socket of a path reaches the host's services (docker.sock, D-Bus, systemd's) through the file
+# system, which neither the network namespace nor Landlock holds: socket(AF_UNIX) is refused (EPERM),
+# and socketpair() is left only for connected streams (a datagram socket could sendto() any path). Other
+# ABIs (i386's int 0x80, x32, arm32) may not make sockets at all. The command's processes cannot reach a
+# network anyway (their namespace has none); the launcher also counts their attempts, so that a
+# candidate that tries is rejected, not merely failed.
+# arch, socket, seccomp, socketpair, (foreign ABI, its socket calls: socketcall, socket, socketpair)
+_SECCOMP_NR = {"x86_64": (0xC000003E, 41, 317, 53, (0x40000003, (102, 359, 360))),
+               "aarch64": (0xC00000B7, 198, 277, 199, (0x40000028, (281, 288)))}
 SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER = 1, 1 << 3
-RET_ALLOW, RET_USER_NOTIF = 0x7FFF0000, 0x7FC00000
+RET_ALLOW, RET_USER_NOTIF, RET_EPERM = 0x7FFF0000, 0x7FC00000, 0x00050001
 NOTIF_RECV, NOTIF_SEND = 0xC0502100, 0xC0182101  # SECCOMP_IOCTL_NOTIF_{RECV,SEND}
-AF_INET, AF_INET6 = 2, 10
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
 
 
-def _network_listener() -> int | None:
-    """Install the filter (after no_new_privs) and return its listener's fd, or None where it cannot be."""
+def _socket_program(watch: bool) -> bytes | None:
+    """The filter: no Unix socket but a stream pair; with `watch`, socket(AF_INET/AF_INET6) goes to the
+    launcher (a user notification). None on an architecture it does not know."""
     import platform
-    import struct
     arch = _SECCOMP_NR.get(platform.machine())
     if arch is None:
         return None
-    audit, nr_socket, nr_seccomp = arch
-    ld, jeq, ret = 0x20, 0x15, 0x06
-    ins = lambda code, jt, jf, k: struct.pack("HBBI", code, jt, jf, k)  # noqa: E731
-    prog = b"".join([
-        ins(ld, 0, 0, 4), ins(jeq, 0, 5, audit),       # another ABI: allowed (jumps land on the ALLOW below)
-        ins(ld, 0, 0, 0), ins(jeq, 0, 3, nr_socket),
-        ins(ld, 0, 0, 16), ins(jeq, 2, 0, AF_INET), ins(jeq, 1, 0, AF_INET6),
-        ins(ret, 0, 0, RET_ALLOW), ins(ret, 0, 0, RET_USER_NOTIF)])
+    audit, nr_socket, _, nr_pair, (foreign, foreign_sockets) = arch
+    prog: list = [("ld", 4), ("jeq", audit, "native", None), ("jeq", foreign, None, "allow"), ("ld", 0)]
+    prog += [("jeq", nr, "eperm", None) for nr in foreign_sockets]
+    prog += [("ret", RET_ALLOW),
+             "native", ("ld", 0)]
+    if platform.machine() == "x86_64":
+        prog.append(("jge", 0x40000000, "eperm", None))  # the x32 ABI
+    prog += [("jeq", nr_socket, "socket", None), ("jeq", nr_pair, "socketpair", "allow"),
+             "socket", ("ld", 16), ("jeq", AF_UNIX, "eperm", None)]
+    if watch:
+        prog += [("jeq", AF_INET, "notify", None), ("jeq", AF_INET6, "notify", None)]
+    prog += [("ret", RET_ALLOW),
+             "socketpair", ("ld", 16), ("jeq", AF_UNIX, None, "allow"),
+             ("ld", 24), ("and", 0xF), ("jeq", 1, "allow", None), ("jeq", 5, "allow", "eperm"),  # stream, seqpacket
+             "allow", ("ret", RET_ALLOW),
+             "eperm", ("ret", RET_EPERM),
+             "notify", ("ret", RET_USER_NOTIF)]
+    return isolation.assemble_bpf(prog)
+
+
+def _socket_filter(watch: bool) -> tuple[bool, int | None]:
+    """Install the filter (after no_new_privs): whether it took, and with `watch` its listener's fd."""
+    import platform
+    prog = _socket_program(watch)
+    if prog is None:
+        return False, None
     buf = ctypes.create_string_buffer(prog, len(prog))
 
     class Fprog(ctypes.Structure):
@@ -160,9 +185,11 @@ def _network_listener() -> int | None:
     fprog = Fprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
     lc = isolation.libc()
     lc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-    fd = lc.syscall(nr_seccomp, ctypes.c_uint(SECCOMP_SET_MODE_FILTER),
-                    ctypes.c_uint(SECCOMP_FILTER_FLAG_NEW_LISTENER), ctypes.byref(fprog))
-    return fd if fd >= 0 else None
+    fd = lc.syscall(_SECCOMP_NR[platform.machine()][2], ctypes.c_uint(SECCOMP_SET_MODE_FILTER),
+                    ctypes.c_uint(SECCOMP_FILTER_FLAG_NEW_LISTENER if watch else 0), ctypes.byref(fprog))
+    if fd < 0:  # no user notifications here (Linux < 5.0): Unix sockets refused all the same
+        return _socket_filter(False) if watch else (False, None)
+    return True, (fd if watch else None)
 
 
 def _answer_network_attempt(fd: int, attempts: list[int]) -> None:
@@ -239,8 +266,9 @@ def _child(workdir: str, command: str, env: dict[str, str], mount_ns: bool, user
                                                        tcp=network) > 0
     if os.geteuid() == 0 or user_namespace:  # root's, or those its own user namespace gives: all of them go
         fences["capabilities_dropped"] = isolation.drop_capabilities()
-    if not network:  # (setup may use the network: nothing to count there)
-        listener = _network_listener()
+    took, listener = _socket_filter(watch=not network)  # (setup may use the network: nothing to count there)
+    fences["unix_sockets_refused"] = took
+    if not network:
         fences["network_watch"] = listener is not None
         import socket
         socket.send_fds(listener_sock, [b"x"], [listener] if listener is not None else [])

@@ -541,7 +541,7 @@ class CandidateServer:
         if problem is None:
             # (the last four outputs, or as many as fit KEPT_BYTES, at least the last)
             self.keep = (self.keep + [out])[-max(1, min(4, KEPT_BYTES // max(out_bytes, 1))):]
-            torch.save(out.detach().to("cpu"), cmd.output)
+            torch.save(_own_bytes(out), cmd.output)
         return facts
 
     def time(self, cmd: protocol.TimeRequest) -> TimedReply:
@@ -718,7 +718,7 @@ class CandidateServer:
             out = self.timed.pop(i, None)
             if out is not None:
                 path = os.path.join(cmd.dir, f"timed_{i}.pt")
-                torch.save(out.detach().to("cpu"), path)
+                torch.save(_own_bytes(out), path)
                 saved[str(i)] = path
             del out
         if cmd.clear:
@@ -763,6 +763,15 @@ def _is_compile_error(exc: BaseException) -> bool:
     names = {cls.__name__ for cls in type(exc).__mro__}
     return bool(names & {"CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct",
                          "OutOfResources", "PTXASError"})
+
+
+def _own_bytes(out: torch.Tensor) -> torch.Tensor:
+    """An output as saved for the judge: on the CPU, with a storage of its own bytes only (the judge
+    refuses a view of a bigger storage; an honest kernel may return one)."""
+    out = out.detach().to("cpu")
+    if out.untyped_storage().nbytes() != out.numel() * out.element_size():
+        out = out.clone(memory_format=torch.contiguous_format)
+    return out
 
 
 def _output_problem(out, inputs, shape, dtype, device) -> str | None:

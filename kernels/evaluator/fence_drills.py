@@ -8,7 +8,9 @@ from __future__ import annotations
 import ast
 import os
 import secrets
+import shutil
 import socket
+import tempfile
 import threading
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from kernels.evaluator import isolation
 ROOT = Path(__file__).resolve().parents[2]
 FENCES = Path(__file__).resolve().parent / "hostile_drills"
 DENIED = ("canary file", "list /tmp", "project file", "write outside scratch", "write the project", "tcp connect",
-          "abstract unix connect", "shell via subprocess", "shell via posix_spawn", "detached shell", "python", "fork")
+          "abstract unix connect", "unix path connect", "unix datagram to a path", "shell via subprocess", "shell via posix_spawn", "detached shell", "python", "fork")
 
 
 def hostile_source(name: str, values: dict[str, str]) -> str:
@@ -33,24 +35,41 @@ def hostile_source(name: str, values: dict[str, str]) -> str:
 
 
 class Listeners:
-    """A TCP listener on the host's loopback and an abstract unix socket: what the hostile code may
-    not reach. Counts every connection."""
+    """A TCP listener on the host's loopback, an abstract unix socket, and a unix socket of a path
+    under /tmp (a host service's, as docker.sock or D-Bus: open to all, answering every connection
+    with `reply`), and a unix datagram socket of a path beside it: what the hostile code may not reach.
+    Counts every connection and every datagram."""
 
-    def __init__(self) -> None:
+    def __init__(self, reply: bytes = b"") -> None:
+        self.reply = reply or ("marathon-host-service-" + secrets.token_hex(8)).encode()
         self.tcp = socket.socket()
         self.tcp.bind(("127.0.0.1", 0))
         self.abstract_name = "marathon-test-" + secrets.token_hex(6)
         self.unix = socket.socket(socket.AF_UNIX)
         self.unix.bind("\0" + self.abstract_name)
+        self.folder = tempfile.mkdtemp(prefix="marathon-host-service-", dir="/tmp")
+        os.chmod(self.folder, 0o755)
+        self.unix_path = os.path.join(self.folder, "service.sock")
+        self.path = socket.socket(socket.AF_UNIX)
+        self.path.bind(self.unix_path)
+        os.chmod(self.unix_path, 0o777)
+        self.dgram_path = os.path.join(self.folder, "service.dgram")
+        self.dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.dgram.bind(self.dgram_path)
+        os.chmod(self.dgram_path, 0o777)
+        self.dgram.settimeout(0.2)
         self.accepted: list = []
         self.stop = threading.Event()
         self.threads = []
-        for s in (self.tcp, self.unix):
+        for s in (self.tcp, self.unix, self.path):
             s.listen()
             s.settimeout(0.2)
             t = threading.Thread(target=self._accept, args=(s,), daemon=True)
             t.start()
             self.threads.append(t)
+        t = threading.Thread(target=self._receive, daemon=True)
+        t.start()
+        self.threads.append(t)
 
     @property
     def port(self) -> int:
@@ -59,7 +78,19 @@ class Listeners:
     def _accept(self, s) -> None:
         while not self.stop.is_set():
             try:
-                self.accepted.append(s.accept()[0])
+                conn = s.accept()[0]
+            except OSError:
+                continue
+            self.accepted.append(conn)
+            try:
+                conn.sendall(self.reply)
+            except OSError:
+                pass
+
+    def _receive(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.accepted.append(self.dgram.recv(4096))
             except OSError:
                 continue
 
@@ -67,8 +98,9 @@ class Listeners:
         self.stop.set()
         for t in self.threads:
             t.join()
-        self.tcp.close()
-        self.unix.close()
+        for s in (self.tcp, self.unix, self.path, self.dgram):
+            s.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def running_with(marker: str) -> list[int]:
@@ -115,5 +147,6 @@ def escape_values(listeners: Listeners, canary_file: str, project_file: Path) ->
     value the worker's environment holds, for the problem file's error."""
     return {"CANARY_FILE": canary_file, "LEAK_PATH": f"/tmp/marathon-leak-{secrets.token_hex(4)}",
             "PROJECT_FILE": str(project_file), "PORT": str(listeners.port), "ABSTRACT": listeners.abstract_name,
+            "UNIX_PATH": listeners.unix_path, "DGRAM_PATH": listeners.dgram_path,
             "MARKER": "marathon-escape-" + secrets.token_hex(6), "PIDS": str(os.getpid()),
             "ECHO": "echo-" + secrets.token_hex(10)}

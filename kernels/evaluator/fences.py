@@ -159,8 +159,8 @@ def put_up(device: str, *, writable: list[str], readable: list[str], toolchain: 
     """The fences, in order, once CUDA and Triton have started (CUDA's initialisation failed under
     them on the H200 machines when they came first) and before any untrusted code: a network namespace
     of its own; Landlock (reads, writes and programs as above, no TCP; on the CPU also no abstract unix
-    sockets out); no capabilities; seccomp (no sockets but AF_UNIX, no processes but the toolchain's,
-    no io_uring). Returns what took, for the verdict's `sandbox`."""
+    sockets out); no capabilities; seccomp (no socket() at all, so no Unix socket of a path; socketpair for
+    streams only; no processes but the toolchain's, no io_uring). Returns what took, for the verdict's `sandbox`."""
     facts: dict = {}
     toolchain = toolchain if toolchain in TOOLCHAINS else "none"
     programs = toolchain_programs(toolchain) if toolchain != "none" else []
@@ -185,6 +185,7 @@ def put_up(device: str, *, writable: list[str], readable: list[str], toolchain: 
         facts["capabilities_dropped"] = isolation.drop_capabilities()
     allow_exec = toolchain != "none"
     facts["seccomp"] = bool(seccomp) and isolation.install_seccomp(allow_exec=allow_exec)
+    facts["unix_socket_denied"] = isolation.unix_socket_refused()  # docker.sock, D-Bus: seen refused, not assumed
     if not allow_exec and facts["seccomp"]:
         facts["processes"] = "none"
     elif facts["landlock_exec"]:

@@ -14,7 +14,10 @@ subprocess. These fences hold if someone finds a way past it:
   beneath the scratch directory and Triton's cache, and no program may be started but those named
   (none on the CPU; ptxas and the C compiler's own on CUDA); no TCP bind or connect (ABI >= 4); no
   signals to, or abstract sockets of, processes outside the sandbox (ABI >= 6). Works as root too.
-- `install_seccomp(allow_exec)`: a seccomp filter: no sockets but AF_UNIX, no fork (threads only), no
+- `install_seccomp(allow_exec)`: a seccomp filter: no socket() at all (a Unix socket of a path is
+  reached through the file system, which neither the network namespace nor Landlock governs: the
+  host's docker.sock, D-Bus, systemd's), only connected pairs of Unix stream or seqpacket sockets
+  (socketpair: no address, nothing outside reached), no fork (threads only), no
   vfork, clone-with-vfork or exec at all unless allowed (only where Triton must run ptxas and the
   C compiler, and then Landlock names the programs), no io_uring, no foreign-ABI system calls.
 - `drop_capabilities(keep)`: every capability but those kept, the bounding set included.
@@ -56,9 +59,9 @@ def libc():
 # --- per-architecture system call numbers --------------------------------------------------------
 _ARCH = {
     # machine: (AUDIT_ARCH, socket, clone, clone3, fork or None, io_uring_setup, seccomp, landlock base,
-    #           vfork or None, execve, execveat)
-    "x86_64": (0xC000003E, 41, 56, 435, 57, 425, 317, 444, 58, 59, 322),
-    "aarch64": (0xC00000B7, 198, 220, 435, None, 425, 277, 444, None, 221, 281),
+    #           vfork or None, execve, execveat, socketpair)
+    "x86_64": (0xC000003E, 41, 56, 435, 57, 425, 317, 444, 58, 59, 322, 53),
+    "aarch64": (0xC00000B7, 198, 220, 435, None, 425, 277, 444, None, 221, 281, 199),
 }
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_PDEATHSIG = 1
@@ -377,47 +380,15 @@ def _bpf(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
 
 
-_LD_ABS_W, _JEQ, _JSET, _JGE, _RET = 0x20, 0x15, 0x45, 0x35, 0x06
+_LD_ABS_W, _JEQ, _JSET, _JGE, _RET, _AND_K = 0x20, 0x15, 0x45, 0x35, 0x06, 0x54
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
 
 
-def _seccomp_program(allow_exec: bool) -> bytes | None:
-    arch = _ARCH.get(platform.machine())
-    if arch is None:
-        return None
-    audit, nr_socket, nr_clone, nr_clone3, nr_fork, nr_uring, _, _, nr_vfork, nr_execve, nr_execveat = arch
-    EACCES, EAGAIN, ENOSYS, EPERM = 13, 11, 38, 1
-    # symbolic layout, resolved to relative jumps below
-    prog: list[tuple] = [
-        ("ld", 4),                                  # arch
-        ("jeq", audit, None, "deny_eperm"),
-        ("ld", 0),                                  # system call number
-        ("jge", 0x40000000, "deny_eperm", None),    # x32 ABI on x86_64
-        ("jeq", nr_socket, "socket", None),
-        ("jeq", nr_clone, "clone", None),
-        ("jeq", nr_clone3, "deny_enosys", None),    # flags live in memory: make libc fall back to clone
-        ("jeq", nr_uring, "deny_eperm", None),
-    ]
-    if nr_fork is not None:
-        prog.append(("jeq", nr_fork, "deny_eagain", None))
-    if not allow_exec:  # no process at all: vfork (what subprocess and posix_spawn use) and exec too
-        if nr_vfork is not None:
-            prog.append(("jeq", nr_vfork, "deny_eagain", None))
-        prog += [("jeq", nr_execve, "deny_eacces", None), ("jeq", nr_execveat, "deny_eacces", None)]
-    prog += [
-        ("ret", _ALLOW),
-        "socket", ("ld", 16),                       # args[0]: the domain
-        ("jeq", 1, "allow", "deny_eacces"),         # AF_UNIX only
-        "clone", ("ld", 16),                        # args[0]: the flags
-        ("jset", CLONE_THREAD, "allow", None),      # a thread
-        ("jset", CLONE_VFORK, "allow" if allow_exec else "deny_eagain", "deny_eagain"),
-        "allow", ("ret", _ALLOW),
-        "deny_eacces", ("ret", _ERRNO | EACCES),
-        "deny_eagain", ("ret", _ERRNO | EAGAIN),
-        "deny_enosys", ("ret", _ERRNO | ENOSYS),
-        "deny_eperm", ("ret", _ERRNO | EPERM),
-    ]
+def assemble_bpf(prog: list) -> bytes:
+    """A classic BPF program from a symbolic one: ("ld", offset), ("and", k), ("ret", value), (jump, k,
+    true label or None, false label or None) with jump one of jeq, jset, jge, and label names (str)
+    between; a label's jumps are resolved to relative offsets (None: the next instruction)."""
     labels, flat = {}, []
     for item in prog:
         if isinstance(item, str):
@@ -431,6 +402,8 @@ def _seccomp_program(allow_exec: bool) -> bytes | None:
             out += _bpf(_LD_ABS_W, 0, 0, ins[1])
         elif op == "ret":
             out += _bpf(_RET, 0, 0, ins[1])
+        elif op == "and":
+            out += _bpf(_AND_K, 0, 0, ins[1])
         else:
             code = {"jeq": _JEQ, "jset": _JSET, "jge": _JGE}[op]
             jt = 0 if ins[2] is None else labels[ins[2]] - (i + 1)
@@ -438,6 +411,52 @@ def _seccomp_program(allow_exec: bool) -> bytes | None:
             assert 0 <= jt < 256 and 0 <= jf < 256
             out += _bpf(code, jt, jf, ins[1])
     return out
+
+
+def _seccomp_program(allow_exec: bool) -> bytes | None:
+    arch = _ARCH.get(platform.machine())
+    if arch is None:
+        return None
+    audit, nr_socket, nr_clone, nr_clone3, nr_fork, nr_uring, _, _, nr_vfork, nr_execve, nr_execveat, nr_pair = arch
+    EACCES, EAGAIN, ENOSYS, EPERM = 13, 11, 38, 1
+    # symbolic layout, resolved to relative jumps below
+    prog: list[tuple] = [
+        ("ld", 4),                                  # arch
+        ("jeq", audit, None, "deny_eperm"),
+        ("ld", 0),                                  # system call number
+        ("jge", 0x40000000, "deny_eperm", None),    # x32 ABI on x86_64
+        ("jeq", nr_socket, "socket", None),
+        ("jeq", nr_pair, "socketpair", None),
+        ("jeq", nr_clone, "clone", None),
+        ("jeq", nr_clone3, "deny_enosys", None),    # flags live in memory: make libc fall back to clone
+        ("jeq", nr_uring, "deny_eperm", None),
+    ]
+    if nr_fork is not None:
+        prog.append(("jeq", nr_fork, "deny_eagain", None))
+    if not allow_exec:  # no process at all: vfork (what subprocess and posix_spawn use) and exec too
+        if nr_vfork is not None:
+            prog.append(("jeq", nr_vfork, "deny_eagain", None))
+        prog += [("jeq", nr_execve, "deny_eacces", None), ("jeq", nr_execveat, "deny_eacces", None)]
+    prog += [
+        ("ret", _ALLOW),
+        "socket", ("ld", 16),                       # args[0]: the domain
+        ("jeq", 1, "deny_eperm", "deny_eacces"),    # AF_UNIX: EPERM (libc's nscd lookup falls back); others EACCES
+        "socketpair", ("ld", 16),                   # args[0]: the domain
+        ("jeq", 1, None, "deny_eperm"),             # AF_UNIX only
+        ("ld", 24), ("and", 0xF),                   # args[1]: the type, less SOCK_NONBLOCK/SOCK_CLOEXEC
+        ("jeq", 1, "allow", None),                  # SOCK_STREAM
+        ("jeq", 5, "allow", "deny_eperm"),          # SOCK_SEQPACKET; not datagrams (SOCK_DGRAM, SOCK_RAW):
+                                                    # sendto() names any path
+        "clone", ("ld", 16),                        # args[0]: the flags
+        ("jset", CLONE_THREAD, "allow", None),      # a thread
+        ("jset", CLONE_VFORK, "allow" if allow_exec else "deny_eagain", "deny_eagain"),
+        "allow", ("ret", _ALLOW),
+        "deny_eacces", ("ret", _ERRNO | EACCES),
+        "deny_eagain", ("ret", _ERRNO | EAGAIN),
+        "deny_enosys", ("ret", _ERRNO | ENOSYS),
+        "deny_eperm", ("ret", _ERRNO | EPERM),
+    ]
+    return assemble_bpf(prog)
 
 
 def install_seccomp(allow_exec: bool) -> bool:
@@ -462,6 +481,20 @@ def install_seccomp(allow_exec: bool) -> bool:
     rc = lc.syscall(arch[6], ctypes.c_uint(SECCOMP_SET_MODE_FILTER), ctypes.c_uint(SECCOMP_FILTER_FLAG_TSYNC),
                     ctypes.byref(fprog))
     return rc == 0
+
+
+def unix_socket_refused() -> bool:
+    """Whether this process may not make a Unix socket with socket() (the probe behind the sandbox's
+    `unix_socket_denied` fact): a socket of a path would reach the host's services, which no
+    namespace or Landlock rule stops. No socket is bound or connected: the call itself is refused."""
+    import socket
+    try:
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 # --- finding and killing a sandbox's processes ---------------------------------------------------

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -361,7 +362,7 @@ class CandidateProcess:
     def take(self, path: Path) -> torch.Tensor:
         """An output file the process saved: loaded (a tensor, from a regular file only), then removed."""
         try:
-            return _load_output(path)
+            return _load_output(path, self.outputs.get(Path(path), OUTPUT_FRAMING))
         finally:
             self.release(path)
 
@@ -568,6 +569,9 @@ class ProblemProcess(CandidateProcess):
         self.assigned = True
         self.send(protocol.ProblemAssignment(nonce=self.nonce, problem_file=str(problem_file), problem_name=name,
                                              param_seed=param_seed, device=self.device,
+                                             # no file bigger than a reference its memory could hold (a
+                                             # disk filler dies of SIGXFSZ), as the candidate's
+                                             fsize=max(64 * 2**20, memory_cap + OUTPUT_FRAMING) if memory_cap else None,
                                              **self.fence_assignment("torch-compile")))
 
 
@@ -699,12 +703,13 @@ class RemoteFileProblem:
         # the reference (float32) comes back as a file in the process's scratch folder: allowed beside its
         # quota up to its size, so a file's own large sizes are judged; what the file's code writes stays
         # under the quota
-        self.proc.expect(path, math.prod(self.output_spec(shape, dtype)[0]) * 4)
+        nbytes = math.prod(self.output_spec(shape, dtype)[0]) * 4
+        self.proc.expect(path, nbytes)
         try:
             reply = self._request_reply(ReferenceRequest(shape=shape, seed=seed, dtype=_dtype_name(dtype),
                                                          perturb=perturb, output=str(path)), ReferencedReply)
             self.last_inputs_s = reply.inputs_s
-            return self._checked(_load_regular(path, device), shape, dtype)
+            return self._checked(_load_regular(path, device, nbytes + OUTPUT_FRAMING), shape, dtype)
         finally:
             self.proc.release(path)
 
@@ -781,9 +786,45 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _load_regular(path: Path, device) -> object:
-    """torch.load of a file an untrusted process wrote: tensors only, and only a regular file (a
-    symlink could point the judge at a file of its own, a FIFO would hang it)."""
+MAX_ARCHIVE_ENTRIES = 64  # torch.save of one tensor writes about 7
+
+
+def _archive_defect(f, max_bytes: int) -> str | None:
+    """What is wrong with a torch.save archive an untrusted process wrote, before torch.load inflates
+    it: a compressed entry (a deflated storage inflates to any size in the judge's memory), or entries
+    whose sizes together exceed `max_bytes` (the tensor the judge asked for, and torch.save's framing)."""
+    try:
+        with zipfile.ZipFile(f) as archive:
+            entries = archive.infolist()
+            if len(entries) > MAX_ARCHIVE_ENTRIES:
+                return f"is an archive of {len(entries)} entries"
+            total = 0
+            for e in entries:
+                if e.compress_type != zipfile.ZIP_STORED or e.compress_size != e.file_size:
+                    return f"holds a compressed entry ({e.filename!r}: {e.compress_size} bytes to {e.file_size})"
+                total += e.file_size
+            if total > max_bytes:
+                return f"holds {total} bytes where at most {max_bytes} were asked for"
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        return f"is no torch.save archive ({exc})"
+    finally:
+        f.seek(0)
+    return None
+
+
+def _storage_defect(t: object) -> str | None:
+    """A loaded tensor's storage must be the tensor's own bytes, no more: a small view of a vast storage
+    is memory the judge holds for nothing (and the answer's shape only in part)."""
+    if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() != t.numel() * t.element_size():
+        return (f"is a view of {t.untyped_storage().nbytes()} bytes of storage for a tensor of "
+                f"{t.numel() * t.element_size()}")
+    return None
+
+
+def _load_regular(path: Path, device, max_bytes: int) -> object:
+    """torch.load of a reference the problem file's process wrote: tensors only, and only a regular file
+    (a symlink could point the judge at a file of its own, a FIFO would hang it), stored uncompressed and
+    no bigger than `max_bytes`, its storage the tensor's own. A file that is not is the problem's failure."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
@@ -791,12 +832,19 @@ def _load_regular(path: Path, device) -> object:
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise Outcome("crashed", f"the problem file's process left {path.name} as something other than a file")
-        return torch.load(f, map_location=device, weights_only=True)
+        defect = _archive_defect(f, max_bytes)
+        if defect is None:
+            out = torch.load(f, map_location=device, weights_only=True)
+            defect = _storage_defect(out)
+    if defect:
+        raise ProblemFailed(f"the problem file's process saved a reference that {defect}")
+    return out
 
 
-def _load_output(path: Path) -> torch.Tensor:
+def _load_output(path: Path, max_bytes: int) -> torch.Tensor:
     """An output the candidate's process saved: a tensor, from a regular file it did not swap for a
-    link or a FIFO; anything else is no usable output."""
+    link or a FIFO, stored uncompressed, no bigger than `max_bytes`, its storage the tensor's own;
+    anything else is no usable output (a file made to swell in the judge's memory: rejected)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
@@ -804,9 +852,15 @@ def _load_output(path: Path) -> torch.Tensor:
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise Outcome("rejected", f"the candidate's output {Path(path).name} is not a regular file")
+        defect = _archive_defect(f, max_bytes)
+        if defect:
+            raise Outcome("rejected", f"the candidate's output {Path(path).name} {defect}")
         out = torch.load(f, weights_only=True)
     if type(out) is not torch.Tensor:
         raise Outcome("incorrect", f"the candidate's output {Path(path).name} holds no tensor")
+    defect = _storage_defect(out)
+    if defect:
+        raise Outcome("rejected", f"the candidate's output {Path(path).name} {defect}")
     return out
 
 

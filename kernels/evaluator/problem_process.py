@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import resource
 import sys
 import time
 import traceback
@@ -96,7 +97,10 @@ class ProblemServer:
         t1 = time.perf_counter()
         out = self.reference.reference(**inputs)
         del inputs
-        torch.save(out.cpu(), cmd.output)
+        out = out.cpu()
+        if out.untyped_storage().nbytes() != out.numel() * out.element_size():  # a view: its own bytes only
+            out = out.clone(memory_format=torch.contiguous_format)  # (the judge refuses a bigger storage)
+        torch.save(out, cmd.output)
         del out
         self._done()
         return ReferencedReply(inputs_s=round(t1 - t0, 4), reference_s=round(time.perf_counter() - t1, 4))
@@ -175,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     except protocol.ValidationError as exc:
         print(f"problem_process: a bad assignment: {protocol.first_error(exc)}", file=sys.stderr)
         return 2
+    if a.fsize:  # no file bigger than a reference it could hold, and a log: a disk filler dies of SIGXFSZ
+        resource.setrlimit(resource.RLIMIT_FSIZE, (a.fsize, a.fsize))
 
     def reply(message: protocol.Message) -> None:
         channel.write(protocol.encode_reply(message, a.nonce))

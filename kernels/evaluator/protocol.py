@@ -108,6 +108,7 @@ class ProblemAssignment(FencedAssignment):
     problem_name: ProblemName
     param_seed: Seed = 0
     toolchain: Literal["none", "triton", "torch-compile"] = "torch-compile"
+    fsize: Annotated[int, Field(ge=1, le=MAX_BYTES)] | None = None  # RLIMIT_FSIZE, as the candidate's
 
 
 # --- requests: the judge's commands, a line each ----------------------------------------------------

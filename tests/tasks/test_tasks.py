@@ -308,3 +308,92 @@ def test_runs_that_overlap_are_called_noise_not_a_gain():
     assert overlap([0.30, 0.41, 0.35], [0.37, 0.40, 0.36])  # the same files on a busy machine
     assert not overlap([0.07, 0.09, 0.08], [0.37, 0.40, 0.36])  # a real gain: the ranges stand apart
     assert not overlap([1399.0], [2311.0]) and not overlap([5.0], [5.0])  # one run each: nothing to tell
+
+
+class _HostService:
+    """A host service on a Unix socket of a path (as docker.sock or D-Bus: open to every user), which
+    answers each connection with a secret and counts them."""
+
+    def __init__(self, folder: Path) -> None:
+        import secrets
+        import socket
+        import threading
+        self.secret = "host-service-secret-" + secrets.token_hex(8)
+        folder.mkdir(mode=0o755)
+        self.path = str(folder / "service.sock")
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.bind(self.path)
+        os.chmod(self.path, 0o777)
+        self.sock.listen()
+        self.sock.settimeout(0.2)
+        self.accepted = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn = self.sock.accept()[0]
+            except OSError:
+                continue
+            self.accepted += 1
+            with conn:
+                conn.sendall(self.secret.encode())
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.sock.close()
+
+    def client(self) -> str:
+        return ("import socket\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(3)\n"
+                f"s.connect({self.path!r})\nprint('GOT', s.recv(200).decode())\n")
+
+
+@pytest.fixture
+def host_service():
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="marathon-host-service-", dir="/tmp"))
+    service = _HostService(folder / "run")
+    try:
+        yield service
+    finally:
+        service.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("network", [False, True], ids=["command", "setup"])
+def test_a_fenced_command_reaches_no_unix_socket_of_a_path(tmp_path, host_service, network):
+    """A Unix socket of a path is reached through the file system, which neither the network
+    namespace nor Landlock holds: the command's socket(AF_UNIX) is refused (also in the setup, which
+    may use the network), and a datagram pair, which could sendto() a path, too; a stream pair, which
+    reaches nothing, still works. The control, the same client unfenced, gets the secret."""
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "client.py").write_text(host_service.client())
+    (work / "pairs.py").write_text(
+        "import socket\nsocket.socketpair()\nprint('stream pair ok')\n"
+        "try:\n    socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n    print('dgram pair MADE')\n"
+        "except PermissionError:\n    print('dgram pair refused')\n")
+    r = run_fenced("python3 client.py; python3 pairs.py", work, 30, network=network)
+    assert "PermissionError" in r.output and "GOT" not in r.output, r.output
+    assert "stream pair ok" in r.output and "dgram pair refused" in r.output, r.output
+    assert host_service.secret not in r.output and host_service.accepted == 0
+    assert r.fences["unix_sockets_refused"] is True, r.fences
+    control = subprocess.run([sys.executable, str(work / "client.py")], capture_output=True, text=True, timeout=30)
+    assert host_service.secret in control.stdout and host_service.accepted == 1, control
+
+
+@ROOT_ONLY
+def test_a_candidate_that_asks_a_host_service_learns_nothing(tmp_path, host_service):
+    """A task's candidate whose code asks a host service on a Unix socket for its secret: refused, and the
+    secret in no part of the verdict; the task's own test suite still runs inside the fence."""
+    bundle = load_task(EXAMPLES / "slow_suite")
+    asks = bundle.files["src/catalog.py"] + "\ntry:\n" + "".join(
+        "    " + line + "\n" for line in host_service.client().splitlines()) + (
+        "except OSError as exc:\n    print('refused', exc)\n")
+    v = measure(bundle, doc.join({"src/catalog.py": asks}), tmp_path / "cache", mode="test")
+    assert host_service.accepted == 0 and host_service.secret not in v.model_dump_json(), v
+    assert v.status == "ok", v.reason  # it caught the refusal: the suite ran and passed

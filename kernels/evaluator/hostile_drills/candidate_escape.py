@@ -1,6 +1,6 @@
 """A hostile candidate past the static policy (run with MARATHON_UNSAFE_SKIP_POLICY=1): at its first
 call it tries every escape of escape_attempts.py (the canary file under /tmp, other processes' /proc,
-writes outside its scratch, the network, a shell through subprocess, posix_spawn and a detached
+writes outside its scratch, the network (TCP, abstract and path unix sockets), a shell through subprocess, posix_spawn and a detached
 session, torch.utils.collect_env's shell, Python, fork, and a lingering compiler) and raises what it
 got. Defence: Landlock's read and program allowlists, seccomp (no fork; on the CPU no vfork, no exec at
 all), its PID namespace, the network namespace. Expected (tests/kernels/evaluator/test_confinement.py): crashed, every
@@ -17,5 +17,6 @@ def mla_decode(q, kv, scale):
 
     attempt("collect_env shell", collect_env_shell)
     found = escape_everything(canary_file="@CANARY_FILE@", leak_path="@LEAK_PATH@", project_file="@PROJECT_FILE@",
-                              port=int("@PORT@"), abstract="@ABSTRACT@", marker="@MARKER@", pids=[@PIDS@])
+                              port=int("@PORT@"), abstract="@ABSTRACT@", marker="@MARKER@", pids=[@PIDS@],
+                              unix_path="@UNIX_PATH@", dgram_path="@DGRAM_PATH@")
     raise RuntimeError(f"hostile candidate report: {found}")

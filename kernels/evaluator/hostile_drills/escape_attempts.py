@@ -77,7 +77,25 @@ def abstract_connect(name):
     return "connected"
 
 
-def escape_everything(canary_file, leak_path, project_file, port, abstract, marker, pids):
+def path_connect(path):
+    """A host service on a unix socket of a path (docker.sock, D-Bus, systemd's): the network namespace
+    does not hold it, Landlock does not govern connect(); only seccomp refuses the socket."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(3)
+    s.connect(path)
+    return s.recv(200)
+
+
+def datagram_to(path):
+    """A datagram socket needs no connect(): a pair of them (socketpair) could sendto() any path."""
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    except OSError:
+        s = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0]
+    return s.sendto(b"hello from the sandbox", path)
+
+
+def escape_everything(canary_file, leak_path, project_file, port, abstract, marker, pids, unix_path="", dgram_path=""):
     REPORT["environ"] = hunt_environ(pids)
     attempt("canary file", lambda: _read(canary_file))
     attempt("list /tmp", lambda: os.listdir("/tmp"))
@@ -86,6 +104,8 @@ def escape_everything(canary_file, leak_path, project_file, port, abstract, mark
     attempt("write the project", lambda: open(project_file, "a").write("edited"))
     attempt("tcp connect", lambda: socket.create_connection(("127.0.0.1", port), timeout=3).getpeername())
     attempt("abstract unix connect", lambda: abstract_connect(abstract))
+    attempt("unix path connect", lambda: path_connect(unix_path))
+    attempt("unix datagram to a path", lambda: datagram_to(dgram_path))
     attempt("shell via subprocess", lambda: subprocess.run(["/bin/sh", "-c", "echo escaped"], capture_output=True).stdout)
     attempt("shell via posix_spawn", lambda: os.posix_spawn("/bin/sh", ["sh", "-c", f"sleep 600 # {marker}"], {}))
     attempt("detached shell", lambda: subprocess.Popen(["/bin/sh", "-c", f"sleep 600 # {marker}"],

@@ -2,7 +2,7 @@
 module top level, before any candidate is judged, hunts the worker's key in every /proc/*/environ and
 cmdline (listed, guessed and named), reads a canary file under /tmp and the project, writes outside its
 scratch folder and into the project, connects to a listener on the host (TCP, an abstract unix
-socket), starts a shell (subprocess, posix_spawn, detached), Python and a fork, and leaves a program it
+socket, a unix socket of a path, a datagram sent to a path), starts a shell (subprocess, posix_spawn, detached), Python and a fork, and leaves a program it
 may start (the C compiler) blocked in a session of its own; get_inputs() then raises all it found,
 with a value of the worker's environment written into this file. Defence: problem code runs only in
 a fenced process of its own (kernels/evaluator/problem_process.py: the candidate's fences, a PID
@@ -16,7 +16,8 @@ from escape_attempts import escape_everything  # the test inlines that module: t
 
 n = 8
 FOUND = escape_everything(canary_file="@CANARY_FILE@", leak_path="@LEAK_PATH@", project_file="@PROJECT_FILE@",
-                          port=int("@PORT@"), abstract="@ABSTRACT@", marker="@MARKER@", pids=[@PIDS@])
+                          port=int("@PORT@"), abstract="@ABSTRACT@", marker="@MARKER@", pids=[@PIDS@],
+                          unix_path="@UNIX_PATH@", dgram_path="@DGRAM_PATH@")
 
 
 class Model(nn.Module):

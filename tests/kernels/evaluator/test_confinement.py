@@ -316,7 +316,7 @@ def escape_setup(tmp_path, monkeypatch):
     os.close(fd)
     project_file = ROOT / f"_sentinel_{secrets.token_hex(4)}.txt"  # the project, outside the readable kernels/
     project_file.write_text("original\n")
-    listeners = Listeners()
+    listeners = Listeners(reply=canary.encode())  # a host service's socket answers with the canary
     values = escape_values(listeners, canary_file, project_file)
     try:
         yield {"canary": canary, "values": values, "listeners": listeners, "dirs": worker_dirs(tmp_path),
@@ -394,8 +394,8 @@ def test_a_hostile_problem_file_reaches_nothing(escape_setup, setting):
     assert report["detached compiler"].startswith("GOT") and "was running: True" in report["detached compiler"], report
     assert values["ECHO"] not in verdict.model_dump_json() and "[$MARATHON_TEST_ECHO]" in verdict.reason
     sandbox = verdict.sandbox
-    for fence in ("netns", "landlock", "landlock_reads", "landlock_exec", "seccomp", "capabilities_dropped",
-                  "non_dumpable") + (() if no_pidns else ("pid_namespace", "own_proc", "private_dev_shm")):
+    for fence in ("netns", "landlock", "landlock_reads", "landlock_exec", "seccomp", "unix_socket_denied",
+                  "capabilities_dropped", "non_dumpable") + (() if no_pidns else ("pid_namespace", "own_proc", "private_dev_shm")):
         assert sandbox.get(f"problem_{fence}"), (fence, sandbox)
     if no_pidns:
         assert "pid_namespace (problem file)" in sandbox["missing"], sandbox
@@ -423,6 +423,7 @@ def test_a_candidate_past_the_policy_reads_and_starts_nothing(escape_setup):
     for name in ("detached compiler", "collect_env shell"):
         assert report[name].startswith("denied"), (name, report[name])
     assert verdict.sandbox.get("processes") == "none" and verdict.sandbox.get("pid_namespace"), verdict.sandbox
+    assert verdict.sandbox.get("unix_socket_denied") is True, verdict.sandbox
     assert verdict.sandbox.get("own_proc") and verdict.sandbox.get("private_dev_shm"), verdict.sandbox
 
 
@@ -479,6 +480,7 @@ def test_an_honest_problem_file_is_ok_inside_the_fences(escape_setup):
         "HOME": str(setup["dirs"]["home"]), "TMPDIR": str(setup["dirs"]["tmp"])})
     assert verdict.status == "ok", verdict.reason[-3000:] + verdict.log_tail[-2000:]
     assert "missing" not in verdict.sandbox, verdict.sandbox
+    assert verdict.sandbox["unix_socket_denied"] and verdict.sandbox["problem_unix_socket_denied"], verdict.sandbox
     assert setup["canary"] not in verdict.model_dump_json() + log
 
 
@@ -524,3 +526,37 @@ def test_a_cuda_sandbox_sees_one_gpu_the_judges(tmp_path):
     assert visible({"CUDA_VISIBLE_DEVICES": "GPU-1f2e, GPU-77aa"}) == "GPU-1f2e"
     assert visible({"CUDA_VISIBLE_DEVICES": ""}) == ""  # none stays none
     assert visible({"CUDA_VISIBLE_DEVICES": "3,5"}, device="cpu") == "3,5"  # the interpreter uses no GPU
+
+
+SOCKET_PROBE = """
+import errno, socket, sys
+from kernels.evaluator import isolation
+assert isolation.install_seccomp(allow_exec=False)
+def outcome(fn):
+    try:
+        fn()
+        return "allowed"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+print(outcome(lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)),
+      outcome(lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)),
+      outcome(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)),
+      outcome(lambda: socket.socketpair()),
+      outcome(lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK)),
+      outcome(lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)),
+      outcome(lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_RAW)),
+      isolation.unix_socket_refused())
+import getpass
+print(getpass.getuser() != "")  # the nscd lookup behind getpwuid falls back on EPERM
+"""
+
+
+def test_seccomp_refuses_unix_sockets_but_keeps_stream_pairs():
+    """A Unix socket of a path reaches the host's services (docker.sock, D-Bus) through the file system,
+    which neither the network namespace nor Landlock holds: seccomp refuses socket() for AF_UNIX (EPERM)
+    and every other family (EACCES), and socketpair() for datagrams (sendto() names any path), while
+    stream and seqpacket pairs (no address, nothing outside) still work, and so does the user's name."""
+    out = subprocess.run([sys.executable, "-c", SOCKET_PROBE], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["EPERM", "EPERM", "EACCES", "allowed", "allowed", "EPERM", "EPERM", "True", "True"], out.stdout

@@ -393,3 +393,83 @@ def test_other_problem_files_caches_are_bounded(tmp_path):
     # and the link, which is never followed), c01 is held, the rest go
     assert sorted(removed) == [f"c{i:02d}" for i in (0, 2, 3, 4, 6, 7, 8, 9)]
     assert all(p.exists() for p in (mine, caches[1], caches[10], caches[11], young)) and (root / "link").is_symlink()
+
+
+# --- references that swell in the judge's memory -------------------------------------------------------
+# the file's top level replaces torch.save: its process then saves each reference as the judge would
+# torch.load it, the values right, the archive not
+SWELLING_SAVE = '''
+import io as _io, zipfile as _zipfile
+_real_save = torch.save
+
+
+def _swelling_save(obj, f):
+    if not isinstance(f, str):  # not a reference's file
+        return _real_save(obj, f)
+    real = obj.detach().float().contiguous().reshape(-1)
+    big = torch.zeros(real.numel() + EXTRA)
+    big[:real.numel()] = real
+    buf = _io.BytesIO()
+    _real_save(big[:real.numel()].view(obj.shape), buf)  # a view: torch.save keeps the whole storage
+    if not DEFLATE:
+        open(f, "wb").write(buf.getvalue())
+        return
+    with _zipfile.ZipFile(_io.BytesIO(buf.getvalue())) as zin, \\
+            _zipfile.ZipFile(f, "w", compression=_zipfile.ZIP_DEFLATED, compresslevel=9) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info.filename))
+
+
+torch.save = _swelling_save
+'''
+
+
+@pytest.mark.parametrize("extra, deflate, says", [
+    (64 * 2**20, True, "holds a compressed entry"),  # 256 MB of zeros in a file of a few hundred KB
+    (4 * 2**20, False, "bytes where at most"),  # stored, but far more than the tensor asked for
+    (1000, False, "is a view of"),  # within torch.save's framing, but a storage bigger than its tensor
+], ids=["deflated", "stored-too-big", "view-of-a-bigger-storage"])
+def test_a_reference_archive_that_swells_is_the_problems_failure(tmp_path, extra, deflate, says):
+    """The judge torch.loads what the file's process saved: an archive with a deflated entry (a bomb:
+    it inflates to any size in the judge's memory), or more bytes than the reference it asked for, or a
+    small tensor on a bigger storage, is refused before or right after loading, as the problem's failure."""
+    hostile = SCALE.replace("class Model", f"EXTRA = {extra}\nDEFLATE = {deflate}\n{SWELLING_SAVE}\n\nclass Model")
+    out = _eval(tmp_path, hostile, ZEROS)
+    assert out.returncode == 2, (out.stdout[-2000:], out.stderr[-2000:])
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "saved a reference that" in lines[0] and says in lines[0], out.stderr
+    assert "Traceback" not in out.stderr and '"ok"' not in out.stdout
+
+
+def test_control_an_honest_reference_that_is_a_view_is_judged(tmp_path):
+    """An honest Model may return a view of a bigger tensor: its process saves the view's own bytes."""
+    view = SCALE.replace(FORWARD, "        return torch.cat([x * self.w, x], 1)[:, :x.shape[1]]\n")
+    out = _eval(tmp_path, view, ZEROS)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert json.loads(out.stdout)["status"] == "incorrect"
+
+
+def test_a_candidate_output_archive_that_swells_is_rejected(tmp_path):
+    """The candidate's outputs come back the same way: deflated, too big, or a view of a bigger storage:
+    rejected; the honest archive loads."""
+    import io
+    import zipfile
+
+    from kernels.evaluator.judge import Outcome, _load_output
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    honest = tmp_path / "honest.pt"
+    torch.save(t, honest)
+    assert torch.equal(_load_output(honest, 48 + 2**20), t)
+    view = tmp_path / "view.pt"
+    torch.save(torch.zeros(1000)[:12].view(3, 4), view)
+    big = tmp_path / "big.pt"
+    torch.save(torch.zeros(2**20)[:12].view(3, 4), big)
+    deflated = tmp_path / "deflated.pt"
+    with zipfile.ZipFile(io.BytesIO(honest.read_bytes())) as zin, \
+            zipfile.ZipFile(deflated, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info.filename))
+    for path, says in ((view, "is a view of"), (big, "bytes where at most"), (deflated, "compressed entry")):
+        with pytest.raises(Outcome) as caught:
+            _load_output(path, 48 + 2**20)
+        assert caught.value.status == "rejected" and says in caught.value.reason, caught.value.reason
