@@ -20,7 +20,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import re
 import shutil
 import stat
 import statistics
@@ -34,6 +33,7 @@ from kernels.evaluator import isolation
 from kernels.evaluator.isolation import MAX_FILES
 from kernels.evaluator.verdict import MetricResult, Verdict
 from tasks import document as doc
+from tasks import patterns
 from tasks.fence import CommandResult, run_fenced
 from tasks.spec import METRIC_LINE, TaskBundle, editable
 
@@ -174,20 +174,20 @@ def read_metric(read: str, result: CommandResult) -> float | None:
         name = read[7:]
         values = [float(v) for k, v in METRIC_LINE.findall(result.output) if k == name]
         return values[-1] if values else None
-    m = re.search(read[6:], result.output, re.MULTILINE)
+    m = patterns.search(read[6:], result.output, patterns.MULTILINE)  # RE2: linear in the output
     try:
         return float(m.group(1)) if m else None
-    except ValueError:
+    except (TypeError, ValueError):  # an optional group that took no part: None
         return None
 
 
 def _guard_count(expect: str, output: str) -> tuple[bool, float | None]:
-    m = re.search(expect, output, re.MULTILINE)
+    m = patterns.search(expect, output, patterns.MULTILINE)  # RE2: linear in the output
     if not m:
         return False, None
     try:
         return True, float(m.group(1)) if m.groups() else None
-    except ValueError:
+    except (TypeError, ValueError):
         return True, None
 
 

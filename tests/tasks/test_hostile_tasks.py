@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,51 @@ def test_what_a_command_prints_leaves_without_terminal_controls(tmp_path):
     broken = _measured(_bundle(metric="printf '\\033]0;owned\\007\\033[2J'; exit 4"), doc.join({"src/a.py": "x = 2\n"}),
                        tmp_path / "cache")
     assert isinstance(broken, TaskBroken) and "\x1b" not in str(broken) and "\\x1b]0;owned" in str(broken)
+
+
+# --- a task's regular expressions: matched in the worker, over output the task chooses ----------------
+@ROOT_ONLY
+def test_a_catastrophic_backtracking_pattern_over_the_tasks_output_finishes_at_once(tmp_path):
+    """`(a+)+b` over a line of a's: a backtracking engine takes 2^n steps (10 s at n = 26, doubling per
+    character) in the worker's own process, holding the GIL; RE2 takes linear time. The guard and the
+    metric each print 100,000 a's; the expect pattern and the `regex:` metric both fail to match, at
+    once. The control prints the b."""
+    def task(command: str, read: str, expect: str) -> TaskBundle:
+        spec = TaskSpec(name="t", statement="s", files=["src/*.py"], repeat=1, timeout_s=60,
+                        guard={"command": command, "expect": expect}, metric={"command": command, "read": read})
+        return TaskBundle(spec=spec, files={"src/a.py": "x = 1\n"})
+    flood = "python3 -c \"print('a' * 100000)\""
+    t0 = time.monotonic()
+    v = _measured(task(flood, "wall_time", "(a+)+b"), doc.join({"src/a.py": "x = 2\n"}), tmp_path / "c1", mode="test")
+    assert v.status == "incorrect" and "without printing what the task expects" in v.reason, v.reason
+    broken = _measured(task(flood, "regex:(?:a+)+b(\\d)", "a"), doc.join({"src/a.py": "x = 2\n"}), tmp_path / "c2")
+    assert isinstance(broken, TaskBroken) and "figure" in str(broken), broken
+    assert time.monotonic() - t0 < 60
+    ok = _measured(task("python3 -c \"print('a' * 100000 + 'b1')\"", "regex:(?:a+)+b(\\d)", "(a+)+b"),
+                   doc.join({"src/a.py": "x = 2\n"}), tmp_path / "c3")
+    assert not isinstance(ok, Exception) and ok.status == "ok" and ok.metric.value == 1.0, ok
+
+
+def test_a_pattern_that_would_backtrack_is_matched_in_linear_time():
+    from tasks import patterns
+    for n in (1000, 100_000, 256 * 1024):
+        t0 = time.monotonic()
+        assert patterns.search("(a+)+b", "a" * n) is None
+        assert patterns.search("(x+x+)+y", "x" * n) is None
+        assert time.monotonic() - t0 < 1.0, n
+    assert patterns.search("(a+)+b", "a" * 50 + "b").group(1) == "a" * 50  # control: it still matches
+
+
+@pytest.mark.parametrize("field, task", [
+    ("guard.expect", {"guard": {"command": "true", "expect": "(a)\\1"}, "metric": {"command": "true"}}),
+    ("metric.read", {"metric": {"command": "true", "read": "regex:(?=x)(\\d+)"}}),
+    ("tunables.k.pattern", {"metric": {"command": "true"},
+                            "tunables": {"k": {"file": "src/a.py", "pattern": "(?<=x = )(\\d)", "values": ["1"]}}}),
+])
+def test_a_pattern_the_linear_engine_cannot_take_is_refused_naming_the_field(field, task):
+    from pydantic import ValidationError
+    from tasks.spec import describe
+    with pytest.raises(ValidationError) as err:
+        TaskSpec(name="t", statement="s", files=["src/*.py"], **task)
+    line = describe(err.value, "task.toml")
+    assert field in line and "RE2" in line and "\n" not in line, line
