@@ -79,6 +79,17 @@ def test_document_round_trip_and_scope():
         doc.split("stray\n### file: src/a.py\n")
 
 
+def test_a_candidate_splits_in_linear_time_and_keeps_leading_blank_lines():
+    """The header's path runs to its line's end: a header line of a million blanks splits at once (a lazy
+    group before `\\s*$` took quadratic time), and a file's leading blank lines stay its own."""
+    files = {"src/a.py": "\n\nx = 1\n", "src/b.py": "  \ny = 2\n"}
+    assert doc.split(doc.join(files)) == files
+    assert doc.split("### file: src/a.py \t\r\nx\n") == {"src/a.py": "x\n"}
+    t0 = time.monotonic()
+    assert list(doc.split("### file: x" + " " * (1 << 20) + "y\n")) == ["x" + " " * (1 << 20) + "y"]
+    assert time.monotonic() - t0 < 1.0
+
+
 def test_patch_applies_with_patch_and_back(tmp_path):
     bundle = _bundle(**{"src/b.py": "last = 1"})
     new = {"src/a.py": "x = 1\ny = 20\n", "src/b.py": "last = 2", "src/c.py": "c = 3\n"}
