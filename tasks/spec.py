@@ -212,6 +212,8 @@ def load_task(folder: str | Path) -> TaskBundle:
     toml_path = root / TASK_FILE
     if not toml_path.is_file():
         raise TaskError(f"{folder}: no {TASK_FILE} there; a task is a folder with a {TASK_FILE}")
+    if toml_path.stat().st_size > MAX_FILE_BYTES:  # weighed before it is read, as every file below
+        raise TaskError(f"{toml_path}: {toml_path.stat().st_size} bytes; a task's file may have {MAX_FILE_BYTES}")
     try:
         raw = tomllib.loads(toml_path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -221,10 +223,18 @@ def load_task(folder: str | Path) -> TaskBundle:
     except ValidationError as exc:
         raise TaskError(describe(exc, str(toml_path))) from None
     files: dict[str, str] = {}
+    total = 0
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
         if any(part in SKIPPED_DIRS for part in rel.parts) or not path.is_file() or path.is_symlink():
             continue
+        size = path.stat().st_size  # weighed before it is read: a sparse 1 TB file is no read of 1 TB
+        total += size
+        if size > MAX_FILE_BYTES:
+            raise TaskError(f"{path}: {size} bytes; a task's file may have {MAX_FILE_BYTES} (make large files in `setup`)")
+        if total > MAX_BUNDLE_BYTES:
+            raise TaskError(f"{folder}: its files are more than {MAX_BUNDLE_BYTES} bytes together (make large "
+                            "files in `setup`)")
         try:
             files[rel.as_posix()] = path.read_text()
         except UnicodeDecodeError:

@@ -61,6 +61,17 @@ def test_a_bad_task_is_one_line_naming_the_field(tmp_path, toml, fragment):
     assert fragment in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_sparse_file_in_a_task_folder_is_refused_by_its_length_before_it_is_read(tmp_path):
+    _write(tmp_path, {"task.toml": 'name = "x"\nstatement = "s"\nfiles = ["*.py"]\n[metric]\ncommand = "true"\n',
+                      "a.py": "x = 1\n"})
+    with open(tmp_path / "huge.txt", "wb") as f:
+        f.truncate(2**40)  # 1 TB, no block: read whole, a MemoryError
+    with pytest.raises(TaskError, match="huge.txt: 1099511627776 bytes"):
+        load_task(tmp_path)
+    (tmp_path / "huge.txt").unlink()
+    assert load_task(tmp_path).files["a.py"] == "x = 1\n"  # control
+
+
 def test_a_folder_without_task_toml_is_refused(tmp_path):
     with pytest.raises(TaskError, match="no task.toml"):
         load_task(tmp_path)
