@@ -16,7 +16,10 @@ import re
 from tasks.spec import TaskBundle, editable
 
 HEADER = "### file: "
-_HEADER_LINE = re.compile(r"^### file: (\S.*?)\s*$", re.MULTILINE)
+# the path runs to the line's end (its trailing blanks dropped in split): no lazy group before `\s*$`, which
+# took time quadratic in a line of blanks (the candidate's text is the agent's) and, since \s takes line
+# ends, ate a file's leading blank lines
+_HEADER_LINE = re.compile(r"^### file: (\S[^\n]*)$", re.MULTILINE)
 
 
 class DocumentError(ValueError):
@@ -40,7 +43,7 @@ def split(document: str) -> dict[str, str]:
     files: dict[str, str] = {}
     for i, m in enumerate(heads):
         end = heads[i + 1].start() if i + 1 < len(heads) else len(document)
-        path = m.group(1)
+        path = m.group(1).rstrip()
         if path in files:
             raise DocumentError(f"{path} appears twice in the candidate")
         files[path] = document[m.end() + 1:end] if m.end() < len(document) else ""

@@ -336,6 +336,7 @@ def main(argv: list[str]) -> int:
     if fences["subreaper"]:  # without a PID namespace, what the command left came here: the launcher runs
         # nothing but the command, so every child of its left is such an orphan, in its session or not
         fences["orphans_ended"] = isolation.end_adopted({pid}, any_session=True)
+    over_quota()  # weighed once more when all is over: a command shorter than a poll was never weighed
     if listener is not None:
         os.close(listener)
     with os.fdopen(fences_r) as f:

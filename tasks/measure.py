@@ -20,7 +20,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import re
 import shutil
 import stat
 import statistics
@@ -33,12 +32,15 @@ from kernels.evaluator.confinement import scrub
 from kernels.evaluator import isolation
 from kernels.evaluator.isolation import MAX_FILES
 from kernels.evaluator.verdict import MetricResult, Verdict
+from kernels.settings import settings
 from tasks import document as doc
+from tasks import patterns
 from tasks.fence import CommandResult, run_fenced
 from tasks.spec import METRIC_LINE, TaskBundle, editable
 
 TAIL = 3000  # characters of a command's output kept in a verdict
 COPY_PREFIX = "marathon-task-"  # a measurement's copies, in a folder under the system's temporary folder
+CHUNK = 1 << 20  # bytes the worker reads from a task's folder at a time
 STALE_AFTER_S = 600.0  # a copies' folder older than this, its lock free, was left by a measurement that died
 Mode = Literal["test", "full"]  # the guard alone, or the guard and the metric
 
@@ -82,6 +84,9 @@ def prepared_tree(bundle: TaskBundle, cache_root: Path) -> Path:
             path = tree / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
+        # what the folder may weigh once set up: its files and the quota its setup runs under
+        allowed = isolation.disk_usage(tree, cap=1 << 40)[0] + settings().sandbox_disk
+        (cache_root / key / "allowed").write_text(str(allowed))
         if bundle.spec.setup:
             result = run_fenced(bundle.spec.setup, tree, bundle.spec.timeout_s, network=True)
             if not result.ok:
@@ -91,6 +96,16 @@ def prepared_tree(bundle: TaskBundle, cache_root: Path) -> Path:
                                   f"{_tail(result.output, 600)}")
         (cache_root / key / "ready").write_text("")
     return tree
+
+
+def allowance(bundle: TaskBundle, tree: Path) -> int:
+    """Bytes a prepared folder may hold (the larger of its files' blocks and lengths, as the quota weighs
+    them): the task's files and what its setup may add. Nothing the worker copies or reads from a
+    task's folder goes past it."""
+    try:
+        return int((tree.parent / "allowed").read_text(encoding="ascii", errors="strict")[:40])
+    except (OSError, ValueError):  # a folder prepared before the allowance was written down
+        return settings().sandbox_disk + sum(len(t.encode()) + 4096 for t in bundle.files.values())
 
 
 def _no_specials(folder: str, names: list[str]) -> set[str]:
@@ -104,11 +119,35 @@ def _no_specials(folder: str, names: list[str]) -> set[str]:
     return out
 
 
-def _copy(tree: Path, into: Path, files: dict[str, str] | None, task: str) -> Path:
+def _copy(tree: Path, into: Path, files: dict[str, str] | None, task: str, allowed: int) -> Path:
     """A fresh copy of the task's folder with the candidate's files written over it. The worker writes
     here unfenced, so through no link: the task's setup may have left links to anywhere in its folder
-    (the fenced commands cannot write through them, Landlock checks the target; the worker could)."""
-    shutil.copytree(tree, into, symlinks=True, ignore=_no_specials)
+    (the fenced commands cannot write through them, Landlock checks the target; the worker could).
+    It copies no more than `allowed` bytes, weighing each file by its length before reading it: a
+    sparse file (`truncate -s 1T`) holds no disk but its copy would hold all of it."""
+    left = [allowed]
+
+    def copy_file(src: str, dst: str) -> None:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return
+            if st.st_size > left[0]:
+                raise TaskBroken(f"task {task}: {os.path.relpath(src, tree)} in its folder is {st.st_size} bytes long, "
+                                 f"past the {allowed} bytes its folder may hold (its files and the disk quota its "
+                                 "setup runs under, MARATHON_SANDBOX_DISK; a sparse file counts at its length): "
+                                 "the worker copies no more")
+            left[0] -= st.st_size
+            with open(dst, "xb") as out:
+                for chunk in _chunks(f, st.st_size):
+                    out.write(chunk)
+        shutil.copystat(src, dst, follow_symlinks=False)
+
+    try:
+        shutil.copytree(tree, into, symlinks=True, ignore=_no_specials, copy_function=copy_file)
+    except (shutil.Error, OSError) as exc:
+        raise TaskBroken(f"task {task}: its folder cannot be copied: {_tail(str(exc), 300)}") from None
     for rel, text in (files or {}).items():
         path = into
         for part in PurePosixPath(rel).parts:
@@ -128,9 +167,21 @@ def _copy(tree: Path, into: Path, files: dict[str, str] | None, task: str) -> Pa
     return into
 
 
-def _digest(path: Path) -> str | None:
+def _chunks(f, size: int):
+    """At most `size` bytes of `f`, CHUNK at a time."""
+    while size > 0:
+        chunk = f.read(min(CHUNK, size))
+        if not chunk:
+            return
+        size -= len(chunk)
+        yield chunk
+
+
+def _digest(path: Path, limit: int) -> str | None:
     """A file's content digest as the worker reads it: a link's is its target's name (never followed),
-    and what is not a regular file (a FIFO a command left would block the read) has none."""
+    and what is not a regular file (a FIFO a command left would block the read) has none. Read a chunk
+    at a time, and only up to `limit` bytes: a longer file (it grew past what its folder may hold) is
+    told by its length."""
     try:
         if path.is_symlink():
             return "link:" + os.readlink(path)
@@ -138,13 +189,19 @@ def _digest(path: Path) -> str | None:
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             return "not a file"
-        return hashlib.sha256(f.read()).hexdigest()
+        if st.st_size > limit:
+            return f"{st.st_size} bytes, past the {limit} its folder may hold"
+        h = hashlib.sha256()
+        for chunk in _chunks(f, limit + 1):
+            h.update(chunk)
+        return h.hexdigest()
 
 
-def _fixed_digests(bundle: TaskBundle, root: Path) -> dict[str, str | None]:
-    return {rel: _digest(root / rel) for rel in bundle.files if not editable(bundle.spec, rel)}
+def _fixed_digests(bundle: TaskBundle, root: Path, limit: int) -> dict[str, str | None]:
+    return {rel: _digest(root / rel, limit) for rel in bundle.files if not editable(bundle.spec, rel)}
 
 
 def remove_stale_copies(root: Path, older_than_s: float = STALE_AFTER_S) -> list[str]:
@@ -174,20 +231,20 @@ def read_metric(read: str, result: CommandResult) -> float | None:
         name = read[7:]
         values = [float(v) for k, v in METRIC_LINE.findall(result.output) if k == name]
         return values[-1] if values else None
-    m = re.search(read[6:], result.output, re.MULTILINE)
+    m = patterns.search(read[6:], result.output, patterns.MULTILINE)  # RE2: linear in the output
     try:
         return float(m.group(1)) if m else None
-    except ValueError:
+    except (TypeError, ValueError):  # an optional group that took no part: None
         return None
 
 
 def _guard_count(expect: str, output: str) -> tuple[bool, float | None]:
-    m = re.search(expect, output, re.MULTILINE)
+    m = patterns.search(expect, output, patterns.MULTILINE)  # RE2: linear in the output
     if not m:
         return False, None
     try:
         return True, float(m.group(1)) if m.groups() else None
-    except ValueError:
+    except (TypeError, ValueError):
         return True, None
 
 
@@ -219,11 +276,12 @@ def _measure(bundle: TaskBundle, document: str | None, cache_root: Path, mode: M
     metric.changed = doc.touched(bundle, files)
     n = repeat or spec.repeat
     tree = prepared_tree(bundle, cache_root)
+    allowed = allowance(bundle, tree)
     remove_stale_copies(Path(tempfile.gettempdir()))
     with tempfile.TemporaryDirectory(prefix=COPY_PREFIX) as tmp, isolation.held(tmp):
-        base = _copy(tree, Path(tmp) / "baseline", None, spec.name)
-        cand = _copy(tree, Path(tmp) / "candidate", files, spec.name)
-        fixed = _fixed_digests(bundle, base)
+        base = _copy(tree, Path(tmp) / "baseline", None, spec.name, allowed)
+        cand = _copy(tree, Path(tmp) / "candidate", files, spec.name, allowed)
+        fixed = _fixed_digests(bundle, base, allowed)
         if spec.guard:
             beat()
             g = run_fenced(spec.guard.command, base, spec.timeout_s)
@@ -288,7 +346,7 @@ def _measure(bundle: TaskBundle, document: str | None, cache_root: Path, mode: M
                     f"within the noise: the candidate's runs ({min(metric.samples):.4g}-{max(metric.samples):.4g}) "
                     f"and the task's own ({min(metric.baseline_samples):.4g}-{max(metric.baseline_samples):.4g}) "
                     f"overlap, so the {metric.gain:.3g}x may be the machine's drift, not the change")
-        changed = sorted(k for k, v in _fixed_digests(bundle, cand).items() if v != fixed.get(k))
+        changed = sorted(k for k, v in _fixed_digests(bundle, cand, allowed).items() if v != fixed.get(k))
         if changed:
             return _done(verdict, t0, "rejected",
                          f"running the candidate changed {', '.join(changed)}, which it may not edit")

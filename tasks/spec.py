@@ -27,6 +27,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tasks import patterns
+
 TASK_FILE = "task.toml"
 MAX_BUNDLE_BYTES = 4 * 2**20  # the folder's text files, all together
 MAX_FILE_BYTES = 1 * 2**20
@@ -35,7 +37,8 @@ MAX_TIMEOUT_S = 86400.0
 MAX_REPEAT = 200
 # never carried: tools' caches and installs, which `setup` makes again on the worker
 SKIPPED_DIRS = {".git", "node_modules", "__pycache__", ".pytest_cache", ".venv", "venv", ".mypy_cache", "dist"}
-METRIC_LINE = re.compile(r"^METRIC\s+([A-Za-z0-9_.\-]+)\s*=\s*([-+0-9.eE]+|inf|nan)\s*$", re.MULTILINE)
+# matched over a command's output in the worker: by RE2, in linear time (tasks/patterns.py)
+METRIC_LINE = patterns.compile(r"^METRIC\s+([A-Za-z0-9_.\-]+)\s*=\s*([-+0-9.eE]+|inf|nan)\s*$", patterns.MULTILINE)
 
 
 class TaskError(ValueError):
@@ -62,11 +65,8 @@ class Metric(_Strict):
         if v.startswith("METRIC ") and re.fullmatch(r"[A-Za-z0-9_.\-]+", v[7:].strip()):
             return "METRIC " + v[7:].strip()
         if v.startswith("regex:"):
-            try:
-                if re.compile(v[6:]).groups < 1:
-                    raise ValueError("the regular expression needs one group: the number")
-            except re.error as exc:
-                raise ValueError(f"not a regular expression: {exc}") from None
+            if patterns.compile(v[6:]).groups < 1:  # PatternError: a ValueError, one line
+                raise ValueError("the regular expression needs one group: the number")
             return v
         raise ValueError("must be wall_time, failure_rate, 'METRIC <name>' or 'regex:<pattern with one group>'")
 
@@ -91,10 +91,7 @@ class Guard(_Strict):
     @classmethod
     def _expect(cls, v: str | None) -> str | None:
         if v is not None:
-            try:
-                re.compile(v)
-            except re.error as exc:
-                raise ValueError(f"not a regular expression: {exc}") from None
+            patterns.compile(v)  # PatternError (a ValueError, one line) where RE2 cannot take it
         return v
 
 
@@ -108,11 +105,8 @@ class Tunable(_Strict):
     @field_validator("pattern")
     @classmethod
     def _pattern(cls, v: str) -> str:
-        try:
-            if re.compile(v).groups < 1:
-                raise ValueError("needs one group: the text that the values replace")
-        except re.error as exc:
-            raise ValueError(f"not a regular expression: {exc}") from None
+        if patterns.compile(v).groups < 1:  # PatternError where RE2 cannot take it
+            raise ValueError("needs one group: the text that the values replace")
         return v
 
 
@@ -190,7 +184,7 @@ class TaskBundle(BaseModel):
         for name, t in self.spec.tunables.items():
             if t.file not in self.files:
                 raise ValueError(f"tunable {name}: the task has no file {t.file}")
-            if not re.search(t.pattern, self.files[t.file]):
+            if not patterns.search(t.pattern, self.files[t.file]):
                 raise ValueError(f"tunable {name}: {t.pattern!r} matches nothing in {t.file}")
         return self
 
@@ -218,6 +212,8 @@ def load_task(folder: str | Path) -> TaskBundle:
     toml_path = root / TASK_FILE
     if not toml_path.is_file():
         raise TaskError(f"{folder}: no {TASK_FILE} there; a task is a folder with a {TASK_FILE}")
+    if toml_path.stat().st_size > MAX_FILE_BYTES:  # weighed before it is read, as every file below
+        raise TaskError(f"{toml_path}: {toml_path.stat().st_size} bytes; a task's file may have {MAX_FILE_BYTES}")
     try:
         raw = tomllib.loads(toml_path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -227,10 +223,18 @@ def load_task(folder: str | Path) -> TaskBundle:
     except ValidationError as exc:
         raise TaskError(describe(exc, str(toml_path))) from None
     files: dict[str, str] = {}
+    total = 0
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
         if any(part in SKIPPED_DIRS for part in rel.parts) or not path.is_file() or path.is_symlink():
             continue
+        size = path.stat().st_size  # weighed before it is read: a sparse 1 TB file is no read of 1 TB
+        total += size
+        if size > MAX_FILE_BYTES:
+            raise TaskError(f"{path}: {size} bytes; a task's file may have {MAX_FILE_BYTES} (make large files in `setup`)")
+        if total > MAX_BUNDLE_BYTES:
+            raise TaskError(f"{folder}: its files are more than {MAX_BUNDLE_BYTES} bytes together (make large "
+                            "files in `setup`)")
         try:
             files[rel.as_posix()] = path.read_text()
         except UnicodeDecodeError:

@@ -4,10 +4,10 @@ A task declares its knobs in task.toml (`[tunables.NAME]`: a file, a pattern wit
 values); a candidate's CONFIG is what its files hold in those groups."""
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from tasks import document as doc
+from tasks import patterns
 from tasks.spec import TaskBundle
 
 
@@ -22,7 +22,7 @@ def read_tunables(bundle: TaskBundle, document: str) -> tuple[dict[str, tuple], 
     files = doc.candidate_files(bundle, document)
     tunables, config = {}, {}
     for name, t in bundle.spec.tunables.items():
-        m = re.search(t.pattern, files.get(t.file, ""))
+        m = patterns.search(t.pattern, files.get(t.file, ""))
         if m is None:
             raise TaskTunablesError(f"knob {name}: {t.pattern!r} matches nothing in {t.file}")
         tunables[name] = tuple(t.values)
@@ -38,7 +38,7 @@ def with_config(bundle: TaskBundle, document: str, config: dict[str, Any]) -> st
         if t is None:
             raise TaskTunablesError(f"the task has no knob {name}")
         text = files[t.file]
-        m = re.search(t.pattern, text)
+        m = patterns.search(t.pattern, text)
         if m is None:
             raise TaskTunablesError(f"knob {name}: {t.pattern!r} matches nothing in {t.file}")
         files[t.file] = text[:m.start(1)] + str(value) + text[m.end(1):]

@@ -516,14 +516,20 @@ def _stat(pid: int) -> list[bytes]:
 MAX_FILES = 100_000  # files a sandbox's scratch folder (a task command: what it adds) may hold
 
 
+def _weight(st: os.stat_result) -> int:
+    return max(st.st_blocks * 512, st.st_size)
+
+
 def disk_usage(root: Path | str, cap: int = MAX_FILES) -> tuple[int, int]:
-    """(bytes of disk, files) under `root` (or the file `root`), links not followed. The walk stops past
-    `cap` files (then the count is cap + 1 and the bytes those seen): a tree of millions of files costs
-    a bounded walk, and its owner is told it has too many, never let past a quota unweighed."""
+    """(bytes, files) under `root` (or the file `root`), links not followed. A file weighs the larger of
+    its blocks and its length: a sparse file (`truncate -s 1T`) holds no blocks yet is read or copied
+    (the copy dense) at its full length. The walk stops past `cap` files (then the count is cap + 1 and
+    the bytes those seen): a tree of millions of files costs a bounded walk, and its owner is told it
+    has too many, never let past a quota unweighed."""
     root = Path(root)
     try:
         if not root.is_dir():
-            return root.lstat().st_blocks * 512, 1
+            return _weight(root.lstat()), 1
     except OSError:
         return 0, 0
     total, seen = 0, 0
@@ -533,7 +539,7 @@ def disk_usage(root: Path | str, cap: int = MAX_FILES) -> tuple[int, int]:
             if seen > cap:
                 return total, seen
             try:
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+                total += _weight(os.lstat(os.path.join(dirpath, name)))
             except OSError:
                 pass
     return total, seen

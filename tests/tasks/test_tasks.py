@@ -61,6 +61,17 @@ def test_a_bad_task_is_one_line_naming_the_field(tmp_path, toml, fragment):
     assert fragment in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_sparse_file_in_a_task_folder_is_refused_by_its_length_before_it_is_read(tmp_path):
+    _write(tmp_path, {"task.toml": 'name = "x"\nstatement = "s"\nfiles = ["*.py"]\n[metric]\ncommand = "true"\n',
+                      "a.py": "x = 1\n"})
+    with open(tmp_path / "huge.txt", "wb") as f:
+        f.truncate(2**40)  # 1 TB, no block: read whole, a MemoryError
+    with pytest.raises(TaskError, match="huge.txt: 1099511627776 bytes"):
+        load_task(tmp_path)
+    (tmp_path / "huge.txt").unlink()
+    assert load_task(tmp_path).files["a.py"] == "x = 1\n"  # control
+
+
 def test_a_folder_without_task_toml_is_refused(tmp_path):
     with pytest.raises(TaskError, match="no task.toml"):
         load_task(tmp_path)
@@ -77,6 +88,17 @@ def test_document_round_trip_and_scope():
         doc.candidate_files(bundle, doc.join({"task.toml": ""}))
     with pytest.raises(doc.DocumentError, match="belongs to no file"):
         doc.split("stray\n### file: src/a.py\n")
+
+
+def test_a_candidate_splits_in_linear_time_and_keeps_leading_blank_lines():
+    """The header's path runs to its line's end: a header line of a million blanks splits at once (a lazy
+    group before `\\s*$` took quadratic time), and a file's leading blank lines stay its own."""
+    files = {"src/a.py": "\n\nx = 1\n", "src/b.py": "  \ny = 2\n"}
+    assert doc.split(doc.join(files)) == files
+    assert doc.split("### file: src/a.py \t\r\nx\n") == {"src/a.py": "x\n"}
+    t0 = time.monotonic()
+    assert list(doc.split("### file: x" + " " * (1 << 20) + "y\n")) == ["x" + " " * (1 << 20) + "y"]
+    assert time.monotonic() - t0 < 1.0
 
 
 def test_patch_applies_with_patch_and_back(tmp_path):
