@@ -327,15 +327,24 @@ class SourceCheck:
             obj = getattr(obj, "fn", None)
         else:
             return None
+        seen = self.matched.get(id(obj))
         if isinstance(obj, JITCallable):
             text = obj._src
-            seen = self.matched.get(id(obj))
             if seen is not None and seen[0] is obj and seen[1] is text:
-                return None
+                return None  # (every launch comes here: the text that matched, unchanged)
             why = self.problem(obj.fn, text)
+        elif seen is not None and seen[0] is obj:
+            return None  # the interpreter's text is read once, when it first runs, and checked then too
         else:
             text = _interpreted_text(obj.fn)
             why = self.problem(obj.fn, text)
+            if why is None and self.owned(obj.fn):
+                # the interpreter builds a JITFunction of it too (for line numbers), and on a GPU that cut
+                # is what compiles: held to the checked source here as well, before any launch
+                try:
+                    why = self.problem(obj.fn, JITFunction(obj.fn)._src)
+                except Exception:
+                    why = self._note(f"{obj.fn.__code__.co_name}: Triton's JIT cannot read its source")
         if why is None and self.owned(obj.fn):
             self.matched[id(obj)] = (obj, text)
         return why
