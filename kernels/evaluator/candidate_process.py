@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import array
+import ast
 import collections
 import functools
 import importlib
 import importlib.util
+import inspect
 import itertools
 import json
 import math
@@ -30,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 from torch.utils._python_dispatch import TorchDispatchMode
-from triton.runtime.jit import JITFunction, KernelInterface
+from triton.runtime.jit import JITCallable, JITFunction, KernelInterface
 
 from kernels.evaluator import confinement, policy, protocol, seal, timing
 from kernels.evaluator import fences as sandbox_fences
@@ -65,9 +67,9 @@ try:
 except AttributeError:  # a CPU-only build
     _raw_stream = None
 try:
-    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.interpreter import FunctionRewriter, InterpretedFunction
 except ImportError:  # pragma: no cover - older Triton
-    InterpretedFunction = None
+    FunctionRewriter = InterpretedFunction = None
 
 
 class Channel:
@@ -204,14 +206,17 @@ def _fence_interpreter_memory() -> list | None:
     return ranges
 
 
-def _wrap_run(cls, recorder: Recorder, ranges: list | None = None) -> None:
+def _wrap_run(cls, recorder: Recorder, ranges: list | None = None, check: SourceCheck | None = None) -> None:
     """Every launch is recorded with its stream, its argument types and any compile option it passes
     (refused: see LAUNCH_OPTIONS). The launch itself is not exempt from the torch-op monitor: grid
-    functions and pre-run hooks are the candidate's code."""
+    functions and pre-run hooks are the candidate's code. No launch is made once a Triton function's
+    source as Triton reads it was found not to be the checked source (SourceCheck)."""
     original = cls.run
 
     def run(self, *args, _rec=recorder, _name=_kernel_name, _odd=_odd_arg, _orig=original, _launch=LaunchRecord,
-            _opts=_options, _ranges=ranges, **kwargs):
+            _opts=_options, _ranges=ranges, _check=check, **kwargs):
+        if _check is not None and (_check.mismatches or _check.check(self)):
+            raise RuntimeError(f"refused to launch a kernel: {_check.mismatches[0]}")
         options = _opts(self, kwargs)
         if kwargs.get("warmup", False) and not options:
             return _orig(self, *args, **kwargs)
@@ -244,6 +249,180 @@ def _wrap_threads(recorder: Recorder) -> None:
         return _orig(self, *args, **kwargs)
 
     threading.Thread.start = start
+
+
+# --- the code Triton compiles or interprets is the code the policy checked ------------------------------
+# Triton does not compile a kernel from its function object: it reads the function's source lines again
+# and cuts them by text. The JIT keeps the lines from the first decorator on and starts at the first
+# line matching `^def name(`; the CPU interpreter starts at the last line whose stripped text begins with
+# `def ` and execs what follows. A string whose text spans lines can hold such a line, and then the code
+# Triton runs is the string's, which the policy saw only as a constant. So every Triton function of the
+# candidate's is held to the text Triton takes for it: parsed, it must be the very function the policy
+# checked (the same syntax tree, decorators aside, positions ignored).
+
+def _function_dump(node: ast.FunctionDef) -> str:
+    """A function's syntax tree without its decorators and positions (Triton's text has no decorators)."""
+    saved = node.decorator_list
+    node.decorator_list = []
+    try:
+        return ast.dump(node)
+    finally:
+        node.decorator_list = saved
+
+
+class SourceCheck:
+    """The candidate's functions as the static policy checked them (read from the candidate's file before
+    any of its code runs), and every Triton function of the candidate's compared with them: when it is
+    built, when it is launched, when the interpreter is about to exec its text, and after the import (what
+    the module holds). A difference is written down in `mismatches` (the judge rejects on any) and stops
+    every later launch of the candidate's kernels and any exec of that text."""
+
+    def __init__(self, source: str, filenames: tuple[str, ...]) -> None:
+        self.filenames = frozenset(filenames)
+        self.functions: dict[tuple[str, int], str] = {}
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])  # co_firstlineno
+                self.functions[(node.name, first)] = _function_dump(node)
+        self.mismatches: list[str] = []
+        self.matched: dict[int, tuple[object, str]] = {}  # id(Triton function) -> (it, the text that matched)
+
+    def _note(self, why: str) -> str:
+        if why not in self.mismatches:
+            self.mismatches.append(why)
+        return why
+
+    def owned(self, fn) -> bool:
+        code = getattr(fn, "__code__", None)
+        return code is not None and code.co_filename in self.filenames
+
+    def problem(self, fn, text: str | None) -> str | None:
+        """Why `text`, the source Triton takes for the candidate's function `fn`, is not `fn` as checked;
+        None when it is (or when `fn` is not the candidate's)."""
+        if not self.owned(fn):
+            return None
+        code = fn.__code__
+        where = f"{code.co_name} (line {code.co_firstlineno})"
+        checked = self.functions.get((code.co_name, code.co_firstlineno))
+        if checked is None:
+            return self._note(f"{where}: no such function in the checked source")
+        if text is None:
+            return self._note(f"{where}: Triton has no source text for it")
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            return self._note(f"{where}: the text Triton reads for it does not parse")
+        node = tree.body[0] if len(tree.body) == 1 else None
+        if not isinstance(node, ast.FunctionDef) or _function_dump(node) != checked:
+            return self._note(f"{where}: the text Triton takes for it is not that function")
+        return None
+
+    def check(self, obj) -> str | None:
+        """A Triton function (JIT, interpreted, or an autotuner's or heuristics' wrapper of one): its text
+        as Triton takes it, compared."""
+        for _ in range(16):  # Autotuner / Heuristics hold the function they wrap in .fn
+            if isinstance(obj, JITCallable) or (InterpretedFunction is not None and isinstance(obj, InterpretedFunction)):
+                break
+            if not isinstance(obj, KernelInterface):
+                return None
+            obj = getattr(obj, "fn", None)
+        else:
+            return None
+        seen = self.matched.get(id(obj))
+        if isinstance(obj, JITCallable):
+            text = obj._src
+            if seen is not None and seen[0] is obj and seen[1] is text:
+                return None  # (every launch comes here: the text that matched, unchanged)
+            why = self.problem(obj.fn, text)
+        elif seen is not None and seen[0] is obj:
+            return None  # the interpreter's text is read once, when it first runs, and checked then too
+        else:
+            text = _interpreted_text(obj.fn)
+            why = self.problem(obj.fn, text)
+            if why is None and self.owned(obj.fn):
+                # the interpreter builds a JITFunction of it too (for line numbers), and on a GPU that cut
+                # is what compiles: held to the checked source here as well, before any launch
+                try:
+                    why = self.problem(obj.fn, JITFunction(obj.fn)._src)
+                except Exception:
+                    why = self._note(f"{obj.fn.__code__.co_name}: Triton's JIT cannot read its source")
+        if why is None and self.owned(obj.fn):
+            self.matched[id(obj)] = (obj, text)
+        return why
+
+    def module(self, module) -> None:
+        """After the import: every Triton function the module holds, in its names, its classes and its
+        containers."""
+        seen: set[int] = set()
+
+        def visit(value, depth: int) -> None:
+            if id(value) in seen or depth > 4:
+                return
+            seen.add(id(value))
+            kind = type(value)
+            if issubclass(kind, KernelInterface) or issubclass(kind, JITCallable):
+                self.check(value)
+            elif issubclass(kind, dict):
+                for v in list(dict.values(value)):
+                    visit(v, depth + 1)
+            elif issubclass(kind, type):
+                if vars(value).get("__module__") == CANDIDATE_MODULE:
+                    for v in list(vars(value).values()):
+                        visit(v, depth + 1)
+            else:
+                for base in (list, tuple, set, frozenset):
+                    if issubclass(kind, base):
+                        for v in list(base.__iter__(value)):
+                            visit(v, depth + 1)
+                        break
+
+        for value in list(vars(module).values()):
+            visit(value, 0)
+
+
+def _interpreted_text(fn) -> str | None:
+    """The text Triton's interpreter will exec for `fn` (FunctionRewriter.rewrite_ast, up to the parse):
+    its source lines cut at its own def-finding; None when it has no source (it then runs `fn` itself)."""
+    try:
+        lines, _ = inspect.getsourcelines(fn)
+    except Exception:
+        return None
+    rewriter = FunctionRewriter(fn)
+    rewriter.def_lineno = rewriter._find_def(lines)
+    return _ORIGINAL_PREPARE_SOURCE(rewriter, lines)
+
+
+_ORIGINAL_PREPARE_SOURCE = FunctionRewriter._prepare_source if FunctionRewriter is not None else None
+
+
+def _hold_sources(check: SourceCheck) -> None:
+    """Compare every Triton function as it is built (JITCallable, InterpretedFunction) and every text the
+    interpreter is about to exec; before the seal, whose integrity check then covers these methods."""
+    original_init = JITCallable.__init__
+
+    def jit_init(self, fn, *args, _orig=original_init, _check=check, **kwargs):
+        _orig(self, fn, *args, **kwargs)
+        _check.check(self)
+
+    JITCallable.__init__ = jit_init
+    if InterpretedFunction is None:
+        return
+    original_interpreted = InterpretedFunction.__init__
+
+    def interpreted_init(self, fn, *args, _orig=original_interpreted, _check=check, **kwargs):
+        _orig(self, fn, *args, **kwargs)
+        _check.check(self)
+
+    InterpretedFunction.__init__ = interpreted_init
+
+    def prepare_source(self, lines, _orig=_ORIGINAL_PREPARE_SOURCE, _check=check):
+        text = _orig(self, lines)
+        why = _check.problem(self.fn, text)
+        if why is not None:
+            raise RuntimeError(f"refused to interpret {why}")
+        return text
+
+    FunctionRewriter._prepare_source = prepare_source
 
 
 # Triton's benchmarking of autotuning configurations: its own torch use (cache flushes, statistics)
@@ -426,7 +605,7 @@ class CandidateServer:
     one JSON line per command on stdin; replies and the calls' record go back on the channel."""
 
     def __init__(self, fn, device: str, channel: Channel, recorder: Recorder, module=None,
-                 base_threads: set[str] | None = None, integrity=None) -> None:
+                 base_threads: set[str] | None = None, integrity=None, source_check: SourceCheck | None = None) -> None:
         self.fn = fn
         self.base_threads = base_threads or set()  # Python threads alive before the candidate was imported
         self.device = device
@@ -435,6 +614,7 @@ class CandidateServer:
         self.probe = torch.zeros(1)
         self.monitor = make_monitor(recorder, self.probe)
         self.integrity = integrity  # seal.Integrity: the harness's modules and classes as sealed, or None
+        self.source_check = source_check  # Triton functions whose source as Triton reads it was not the checked one
         self.module = module
         self.inputs: dict[tuple, dict] = {}
         self.keep: list[torch.Tensor] = []  # recent outputs stay alive so their memory is not reused
@@ -449,6 +629,9 @@ class CandidateServer:
 
     def tampered(self) -> list[str]:
         return self.integrity.changes() if self.integrity is not None else []
+
+    def unchecked_source(self) -> list[str]:
+        return list(self.source_check.mismatches) if self.source_check is not None else []
 
     def _prepare(self, shape: dict | None, dtype: str | None) -> None:
         """A file problem's ModelNew is built for the shape before the call, outside the torch-op
@@ -537,6 +720,7 @@ class CandidateServer:
             threads_alive=sorted(set(self._threads()) - threads_before),
             state_changed=[] if cmd.noop else self._state_changes(),
             tampered=self.tampered(),
+            unchecked_source=self.unchecked_source(),
         )
         if problem is None:
             # (the last four outputs, or as many as fit KEPT_BYTES, at least the last)
@@ -623,6 +807,7 @@ class CandidateServer:
         facts["state_changed"] = self._state_changes()
         facts["new_modules"] = sorted(set(sys.modules) - modules_before)
         facts["tampered"] = self.tampered()
+        facts["unchecked_source"] = self.unchecked_source()
         return TimedReply(**result, seeds={str(i): seed for i, seed in seeds.items()}, facts=CallFacts(**facts),
                           kept=sorted(self.timed))
 
@@ -834,10 +1019,16 @@ def main(argv: list[str] | None = None) -> int:
     reply = channel.send
     recorder = Recorder(channel, stack_owner=None)
 
+    # the candidate's source as the judge wrote it (the text the static policy checked), read before any
+    # of its code runs: what Triton reads of its kernels is held to it (SourceCheck)
+    with open(args.candidate, encoding="utf-8") as f:
+        source_check = SourceCheck(f.read(), (args.candidate, os.path.realpath(args.candidate)))
     _warm_up(args.device)
-    _wrap_run(JITFunction, recorder)
+    _hold_sources(source_check)
+    _wrap_run(JITFunction, recorder, check=source_check)
     if InterpretedFunction is not None:
-        _wrap_run(InterpretedFunction, recorder, _fence_interpreter_memory() if args.device == "cpu" else None)
+        _wrap_run(InterpretedFunction, recorder, _fence_interpreter_memory() if args.device == "cpu" else None,
+                  check=source_check)
     _wrap_threads(recorder)
     fences = {}
     if args.device == "cuda":
@@ -887,6 +1078,7 @@ def main(argv: list[str] | None = None) -> int:
                          error=f"{args.entry} must be a plain function (def {args.entry}(...)), not {type(fn).__name__}"))
         return 0
     new_modules = sorted(set(sys.modules) - modules_before - {CANDIDATE_MODULE})
+    source_check.module(module)  # what the module holds, besides what was checked as it was built
     if args.problem_file:  # the problem's own imports are not the candidate's
         try:
             fn = _file_problem_entry(fn, args, problem_source)
@@ -895,8 +1087,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     reply(CandidateReadyReply(import_s=time.perf_counter() - t0, new_modules=new_modules,
                               banned_modules=[m for m in new_modules if policy.module_violation(m)], fences=fences,
-                              threads=len(threading.enumerate())))
-    CandidateServer(fn, args.device, channel, recorder, module, base_threads, integrity).serve(sys.stdin)
+                              threads=len(threading.enumerate()), unchecked_source=list(source_check.mismatches)))
+    CandidateServer(fn, args.device, channel, recorder, module, base_threads, integrity,
+                    source_check).serve(sys.stdin)
     return 0
 
 

@@ -1234,6 +1234,7 @@ class Judge:
             ready = self._ready(candidate)
         if ready.banned_modules:
             raise Outcome("rejected", f"importing the candidate loaded {', '.join(ready.banned_modules)}")
+        self._unchecked_source(ready.unchecked_source, " when it was imported")
         noop_checked = False
         for index, (shape, probe) in enumerate([(s, False) for s in shapes] + [(s, True) for s in probes]):
             result = ShapeResult(shape=shape, correct=False)
@@ -1419,6 +1420,7 @@ class Judge:
     def _facts(self, facts: protocol.CallFacts, when: str) -> None:
         """What the harness saw after a call (or, with `when`, after the timed calls)."""
         self._tampered(facts.tampered, when)
+        self._unchecked_source(facts.unchecked_source, when)
         if facts.threads_alive:
             raise Outcome("rejected", f"the candidate left threads running after its call{when} "
                           f"({', '.join(facts.threads_alive)}): work hidden from the clock")
@@ -1427,6 +1429,13 @@ class Judge:
                     + ", ".join(facts.state_changed) + " (state that persists across calls: a cache?)")
             if note not in self.verdict.flags:
                 self.verdict.flags.append(note)
+
+    @staticmethod
+    def _unchecked_source(functions: list[str], when: str) -> None:
+        if functions:
+            raise Outcome("rejected", f"the kernel's source as Triton reads it is not the source that was checked{when} "
+                          f"({'; '.join(functions[:5])}): Triton re-reads a kernel's source lines and cuts them by "
+                          "text, so a string holding a `def` line can put code the policy never saw in its place")
 
     @staticmethod
     def _tampered(tampered: list[str], when: str) -> None:

@@ -22,7 +22,10 @@ import builtins
 import functools
 import importlib
 import inspect
+import io
 import math
+import re
+import tokenize
 import types
 from dataclasses import dataclass
 
@@ -142,6 +145,7 @@ RESTRICTED_CALLS = {  # qualified name: (most positional arguments, keywords all
 # Of a library class, the members a candidate may name (a constructor); a class's other attributes are
 # unbound methods, which take any object as self.
 CLASS_MEMBERS = frozenset({"from_tensor"})
+TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})  # Triton re-reads what they decorate
 DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics", "functools.lru_cache",
                         "functools.cache", "dataclasses.dataclass", "torch.no_grad"})
 # Attribute names a candidate may use on values in its launcher: tensor views, copies, casts, shapes
@@ -493,6 +497,8 @@ class _Checker(ast.NodeVisitor):
         self.classes: dict[str, set[str]] = {}  # the candidate's class -> its constants (literal class attributes)
         self.own: set[str] = set()  # attribute names the candidate's module defines
         self.scopes: list[_Scope] = [_Scope("module", set())]
+        self.jit_functions: list[ast.FunctionDef] = []  # kernels (and what they hold), whose source Triton re-reads
+        self.jit_names: set[str] = set()  # functions passed to triton.jit(...) by name
         self.annotation = 0  # > 0 inside an annotation
         self._collect(tree)
 
@@ -630,6 +636,9 @@ class _Checker(ast.NodeVisitor):
                 self.flag(dec, problem)
         self._visit_all(node.decorator_list)
         jit = self._is_jit(node) or self.scope.jit
+        if jit or any(self._qualified(d.func if isinstance(d, ast.Call) else d) in TRITON_DECORATORS
+                      for d in node.decorator_list):
+            self.jit_functions.append(node)
         defaults = node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
         if jit:
             for d in defaults:  # Triton evaluates a kernel's defaults itself, with every global in reach
@@ -880,6 +889,8 @@ class _Checker(ast.NodeVisitor):
 
     def _check_restricted_call(self, call: ast.Call, qualified: str) -> None:
         most, allowed = RESTRICTED_CALLS[qualified]
+        if qualified == "triton.jit":
+            self.jit_names.update(a.id for a in call.args if isinstance(a, ast.Name))
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
             self.flag(call, f"{qualified}(*..., **...): pass its options by name")
         if len(call.args) > most:
@@ -1018,6 +1029,8 @@ def check_source(source: str, entry_point: str) -> list[PolicyViolation]:
     except RecursionError:
         return [PolicyViolation(0, "the source nests too deeply to check")]
     violations += sorted(checker.violations, key=lambda v: v.line)
+    kernels = checker.jit_functions + [n for n in nodes if isinstance(n, ast.FunctionDef) and n.name in checker.jit_names]
+    violations += _source_confusion(source, kernels)
     violations += _vendored(source, nodes)
     if len(violations) > MAX_REPORTED:
         violations = violations[:MAX_REPORTED] + [PolicyViolation(0, f"and {len(violations) - MAX_REPORTED} more")]
@@ -1026,6 +1039,75 @@ def check_source(source: str, entry_point: str) -> list[PolicyViolation]:
     if entry_point not in defined:
         violations.append(PolicyViolation(0, f"the module must define {entry_point}(...) at top level"))
     return violations
+
+
+# --- strings that Triton's line scanners would take for code ---------------------------------------------
+# Triton does not compile a kernel from the parsed function: it re-reads the function's source lines and
+# cuts them by text (the JIT from the first line matching `^def name(` after the decorators, the CPU
+# interpreter from the last line whose stripped text starts with `def `). A string whose text spans
+# lines can hold such a line, and its text is then the kernel that runs, which the rest of this policy
+# saw only as a constant. (The sandbox holds what Triton reads to the checked source as well.)
+_CODE_LINE = re.compile(r"(def\s|@)")
+
+
+def _string_spans(source: str) -> list[tuple[int, int]] | None:
+    """(first line, last line) of every string literal (an f-string whole) whose text spans lines;
+    None if the source does not tokenize."""
+    spans: list[tuple[int, int]] = []
+    fstrings: list[int] = []  # Python 3.12+: an f-string is FSTRING_START ... FSTRING_END
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            name = tokenize.tok_name.get(tok.type)
+            if tok.type == tokenize.STRING and tok.start[0] != tok.end[0]:
+                spans.append((tok.start[0], tok.end[0]))
+            elif name == "FSTRING_START":
+                fstrings.append(tok.start[0])
+            elif name == "FSTRING_END" and fstrings:
+                first = fstrings.pop()
+                if first != tok.end[0]:
+                    spans.append((first, tok.end[0]))
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return spans
+
+
+def _docstring_lines(node: ast.FunctionDef) -> tuple[int, int] | None:
+    first = node.body[0] if node.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return first.lineno, first.end_lineno or first.lineno
+    return None
+
+
+def _source_confusion(source: str, kernels: list[ast.FunctionDef]) -> list[PolicyViolation]:
+    """Strings spanning lines where Triton's line scanners would read them: inside a kernel or its
+    decorators (a kernel's own docstring aside), or holding, anywhere, a line that begins with `def ` or `@`."""
+    spans = _string_spans(source)
+    if spans is None:
+        return [PolicyViolation(0, "the source does not tokenize: Triton reads kernels' source by lines")]
+    lines = source.splitlines()
+    out: list[PolicyViolation] = []
+    for first, last in spans:
+        for n in range(first + 1, min(last, len(lines)) + 1):
+            if _CODE_LINE.match(lines[n - 1].strip()):
+                out.append(PolicyViolation(n, "a string spanning lines holds a line beginning with 'def ' or '@': "
+                                              "Triton finds a kernel's code by scanning source lines and would take "
+                                              "the string's text for the kernel"))
+                break
+    docstrings = {d for d in map(_docstring_lines, kernels) if d is not None}
+    reported: set[tuple[int, int]] = set()
+    for kernel in kernels:
+        top = min([kernel.lineno] + [d.lineno for d in kernel.decorator_list])
+        bottom = kernel.end_lineno or kernel.lineno
+        for first, last in spans:
+            if first > bottom or last < top or (first, last) in reported:
+                continue
+            if any(a <= first and last <= b for a, b in docstrings):
+                continue
+            reported.add((first, last))
+            out.append(PolicyViolation(first, f"a string spanning lines {first}-{last} in Triton function "
+                                              f"{kernel.name!r} or its decorators: Triton re-reads a kernel's source "
+                                              "by lines, so only its docstring may span lines there (use # comments)"))
+    return sorted(out, key=lambda v: v.line)
 
 
 # --- vendored kernel libraries ------------------------------------------------------------------------

@@ -261,6 +261,7 @@ class CandidateReadyReply(Message):
     banned_modules: Names  # of those, the ones the policy bans
     fences: FenceFacts
     threads: Count
+    unchecked_source: Names = []  # Triton functions whose source as Triton reads it is not the checked source
 
 
 class CallFacts(Message):
@@ -270,6 +271,7 @@ class CallFacts(Message):
     threads_alive: Names
     state_changed: Names
     tampered: Names  # harness objects changed since the seal
+    unchecked_source: Names = []  # as CandidateReadyReply's, found since (a kernel built during a call)
 
 
 class CalledReply(CallFacts):

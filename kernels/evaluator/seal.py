@@ -467,7 +467,7 @@ def candidate_builtins(on_import):
 
 def harness_objects(harness_module) -> list:
     """The modules and classes whose attributes the harness relies on after the seal: the timer, the
-    monitor's machinery, Triton's launch path, torch's tensor and event classes, the builtins, and the
+    monitor's machinery, Triton's launch path and the methods by which it reads a kernel's source, torch's tensor and event classes, the builtins, and the
     protocol's messages (with pydantic's model classes) that carry the record and the replies."""
     import builtins
     import time as time_module
@@ -483,12 +483,12 @@ def harness_objects(harness_module) -> list:
     objects = [builtins, time_module, os, json, threading, torch, torch.cuda, torch.serialization, _python_dispatch,
                triton, jit, autotuner, timing, protocol, pydantic.BaseModel, pydantic.RootModel, sys.modules[__name__],
                harness_module,
-               jit.JITFunction, jit.KernelInterface, autotuner.Autotuner, autotuner.Heuristics, torch.Tensor,
+               jit.JITFunction, jit.JITCallable, jit.KernelInterface, autotuner.Autotuner, autotuner.Heuristics, torch.Tensor,
                torch.nn.Module, torch.nn.Parameter, _python_dispatch.TorchDispatchMode, threading.Thread, Integrity]
     objects += [c for c in torch.cuda.Event.__mro__ + torch.cuda.Stream.__mro__ if c is not object]
     interpreter = sys.modules.get("triton.runtime.interpreter")
     if interpreter is not None:
-        objects += [interpreter, interpreter.InterpretedFunction]
+        objects += [interpreter, interpreter.InterpretedFunction, interpreter.FunctionRewriter]
     runtime = sys.modules.get("kernels.problems.kernelbench_runtime")
     if runtime is not None:
         objects += [runtime, runtime.CandidateModel, runtime.FileReference]

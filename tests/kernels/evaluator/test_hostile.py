@@ -115,6 +115,10 @@ LAYERING = [
     Case("mla_patch_timer", "rejected", "changed the harness", bypass=True),
     Case("mla_torch_os_route", "rejected", "on os.system", bypass=True),
     Case("kda_exec_built_string", "rejected", "on compile", bypass=True),
+    # Triton re-reads a kernel's source lines: what it runs is held to the function the policy checked
+    Case("mla_interpreter_source_confusion", "rejected", "not the source that was checked", bypass=True),
+    Case("mla_jit_decorator_source_confusion", "rejected", "not the source that was checked", bypass=True),
+    Case("mla_jit_decorator_source_confusion", "rejected", "not the source that was checked", bypass=True, cuda=True),
 ]
 CASES = [
     # stale memory, partial writes, uninitialised reads
@@ -196,6 +200,9 @@ CASES = [
     Case("mla_jit_default_compile_time", reason="default '_answer()' of a @triton.jit function", **S),
     Case("mla_builtin_decorator", reason="decorator 'tl.core.builtin'", **S),
     Case("mla_autotune_bench_hook", reason="triton.Config(pre_hook=...)", **S),
+    # a string spanning lines that Triton's line scanners take for the kernel (interpreter; JIT decorator)
+    Case("mla_interpreter_source_confusion", reason="a string spanning lines", **S),
+    Case("mla_jit_decorator_source_confusion", reason="a string spanning lines", **S),
     # a heuristic of builtins and partials computes in the autotuner's benchmarking (the CPU has no benchmarker)
     Case("mla_autotune_heuristic_builtin", "rejected", "torch computed part of the answer", cuda=True),
     Case("kda_tensor_type_import", reason="attribute 'type' called", **S),

@@ -392,6 +392,45 @@ def test_patching_imports_is_refused():
     refused("torch.__dict__['load'] = 1", "patching imported modules")
 
 
+# --- strings Triton's line scanners would read as code -------------------------------------------------
+KERNEL_BODY = "    offs = tl.arange(0, N)\n    tl.store(x + offs, tl.load(x + offs) + 1.0)\n"
+
+
+@pytest.mark.parametrize("bad, needle", [
+    # the interpreter execs from the last line starting with `def `: a string in the body holds it
+    ('@triton.jit\ndef k(x, N: tl.constexpr):\n    note = """\ndef k(x, N: tl.constexpr):\n    pass\n    # """\n'
+     + KERNEL_BODY, "line 6: a string spanning lines 6-9 in Triton function 'k'"),
+    # the JIT compiles from the first `def name(` line after the decorator: a string in the decorator holds it
+    ('@triton.jit(do_not_specialize=["""\ndef k(x, N: tl.constexpr):\n    pass\n"""])\n'
+     'def k(x, N: tl.constexpr):\n' + KERNEL_BODY, "line 4: a string spanning lines 4-7 in Triton function 'k'"),
+    # a docstring may span lines, but not hold a `def` line
+    ('@triton.jit\ndef k(x, N: tl.constexpr):\n    """Adds one.\ndef k(x, N: tl.constexpr):\n    pass\n    # """\n'
+     + KERNEL_BODY, "line 7: a string spanning lines holds a line beginning with 'def '"),
+    # an f-string spanning lines in a kernel, and one under autotune
+    ('@triton.jit\ndef k(x, N: tl.constexpr):\n    s = f"""{N}\n"""\n' + KERNEL_BODY, "in Triton function 'k'"),
+    ('@triton.autotune(configs=[triton.Config({}, num_warps=4)], key=["N"])\n@triton.jit\n'
+     'def k(x, N: tl.constexpr):\n    s = """a\nb"""\n' + KERNEL_BODY, "in Triton function 'k'"),
+    # a function made a kernel by a call, not a decorator
+    ('def body(x, N: tl.constexpr):\n    s = """a\nb"""\n' + KERNEL_BODY + "k = triton.jit(body)\n",
+     "in Triton function 'body'"),
+    # anywhere in the module: a line beginning with `def ` or `@` inside a string
+    ('NOTE = """\n  def hidden(x):\n"""\n', "line 5: a string spanning lines holds a line beginning with 'def '"),
+    ('NOTE = """\n@triton.jit\n"""\n', "line 5: a string spanning lines holds a line beginning with 'def ' or '@'"),
+])
+def test_strings_triton_would_read_as_code_are_refused(bad, needle):
+    refused(bad, needle)
+
+
+def test_ordinary_strings_and_docstrings_pass():
+    accepted('"""A module docstring\nover lines, mentioning def and @ mid-line: def f(x) at @triton.jit."""\n'
+             '@triton.jit\ndef k(x, N: tl.constexpr):\n    """A kernel\'s docstring,\n    over lines."""\n'
+             + KERNEL_BODY
+             + 'def launch(x):\n    """Launches k.\n\n    Each row: one program."""\n'
+             + '    msg = """a launcher\'s string\nover lines"""\n    k[(1,)](x, 16)\n    return msg\n'
+             + '@triton.jit\ndef j(x, N: tl.constexpr):\n    tl.static_assert(N > 0, "N must be positive; "\n'
+             + '                     "one line each")\n' + KERNEL_BODY)
+
+
 def test_vendored_kernel_libraries_are_refused():
     refused("def chunk_local_cumsum():\n    pass\ndef solve_tril():\n    pass\n", "looks vendored from fla")
     refused("# Copyright (c) 2024, Tri Dao.\n", "looks vendored")
