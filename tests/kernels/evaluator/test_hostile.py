@@ -325,7 +325,7 @@ def test_verdict(case: Case, verdicts):
 def test_a_policy_hole_alone_earns_no_ok(verdicts):
     """The layering: every candidate of LAYERING, judged with the static policy skipped, is stopped by a
     run-time layer (the seal, the record, the integrity check or the judge's clock), never ok."""
-    for case in [c for c in LAYERING if c.bypass]:
+    for case in [c for c in LAYERING if c.bypass and (CUDA or not c.cuda)]:
         v = verdicts[case] if case in verdicts else judge_case(case)
         assert v.status != "ok" and any("static policy was skipped" in f for f in v.flags), (case.id, _explain(v))
         assert "the source breaks the candidate policy" not in v.reason, (case.id, v.reason)
