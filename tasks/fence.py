@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -88,32 +89,57 @@ def run_fenced(command: str, workdir: Path, timeout_s: float, network: bool = Fa
                             stderr=subprocess.STDOUT, pass_fds=(write_fd,), start_new_session=True,
                             preexec_fn=confinement.die_with_parent())
     os.close(write_fd)
-    timed_out = False
-    try:
-        out, _ = proc.communicate(timeout=timeout_s + 5.0)  # the launcher enforces timeout_s itself
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(proc.pid, signal.SIGKILL)  # its PID 1 follows (parent-death signal), and the namespace with it
+    deadline = time.monotonic() + timeout_s + 5.0  # the launcher enforces timeout_s itself
+    out, cut, timed_out = _output_tail(proc, deadline)
+    if not timed_out:  # the output ended: the launcher exits with its command
         try:
-            out, _ = proc.communicate(timeout=5.0)
-        except subprocess.TimeoutExpired:  # a process past every fence still holds the output's pipe
-            proc.stdout.close()
-            proc.wait()
-            out = b""
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.0) + 5.0)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    if timed_out:
+        os.killpg(proc.pid, signal.SIGKILL)  # its PID 1 follows (parent-death signal), and the namespace with it
+        # (a process past every fence may still hold the output's pipe: its output is read 5 s more at most)
+        more, more_cut, _ = _output_tail(proc, time.monotonic() + 5.0)
+        out, cut = (out + more)[-OUTPUT_CAP:], cut or more_cut or len(out) + len(more) > OUTPUT_CAP
+    proc.stdout.close()
+    proc.wait()
     with os.fdopen(read_fd) as f:
         report = f.read()
     try:
         facts = json.loads(report) if report else {}
     except ValueError:
         facts = {}
-    text = out.decode(errors="replace") if out else ""
-    if len(text) > OUTPUT_CAP:
-        text = "[... earlier output cut ...]\n" + text[-OUTPUT_CAP:]
+    text = out.decode(errors="replace")
+    if cut:
+        text = "[... earlier output cut ...]\n" + text
     timed_out = timed_out or bool(facts.get("timed_out"))
     return CommandResult(exit_code=None if timed_out else facts.get("exit_code", proc.returncode),
                          wall_s=float(facts.get("wall_s", time.monotonic() - t0)), output=text,
                          timed_out=timed_out, disk_exceeded=bool(facts.get("disk_exceeded")), fences=facts.get("fences", {}),
                          network_attempts=int(facts.get("network_attempts", 0)))
+
+
+def _output_tail(proc: subprocess.Popen, deadline: float) -> tuple[bytes, bool, bool]:
+    """The command's output read as it comes until it ends or `deadline` (a monotonic time) passes,
+    keeping only its last OUTPUT_CAP bytes: a command that prints gigabytes holds no more of the
+    worker's memory than that. (tail, whether earlier output was cut, whether the deadline came first.)"""
+    fd = proc.stdout.fileno()
+    tail, cut = bytearray(), False
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return bytes(tail[-OUTPUT_CAP:]), cut or len(tail) > OUTPUT_CAP, True
+            if not sel.select(timeout=min(left, 1.0)):
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return bytes(tail[-OUTPUT_CAP:]), cut or len(tail) > OUTPUT_CAP, False
+            tail += chunk
+            if len(tail) > 2 * OUTPUT_CAP:
+                del tail[:-OUTPUT_CAP]
+                cut = True
 
 
 def readable_paths() -> list[str]:

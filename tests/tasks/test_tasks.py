@@ -419,3 +419,22 @@ def test_a_candidate_that_asks_a_host_service_learns_nothing(tmp_path, host_serv
     v = measure(bundle, doc.join({"src/catalog.py": asks}), tmp_path / "cache", mode="test")
     assert host_service.accepted == 0 and host_service.secret not in v.model_dump_json(), v
     assert v.status == "ok", v.reason  # it caught the refusal: the suite ran and passed
+
+
+@ROOT_ONLY
+def test_a_command_that_prints_gigabytes_holds_only_the_tail_in_the_worker(tmp_path):
+    """The worker reads a command's output as it comes and keeps its last OUTPUT_CAP bytes: 300 MB
+    printed costs the worker no more than a few of those (read whole, it held all of it)."""
+    import tracemalloc
+    from tasks.fence import OUTPUT_CAP
+    loud = "import sys; sys.stdout.buffer.write(b'x' * 300_000_000); print(); print('the end')"
+    tracemalloc.start()
+    try:
+        r = run_fenced(f"python3 -c \"{loud}\"", tmp_path, 60)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert r.exit_code == 0, r.output[-500:]
+    assert r.output.startswith("[... earlier output cut ...]") and r.output.rstrip().endswith("the end")
+    assert len(r.output) <= OUTPUT_CAP + 100
+    assert peak < 8 * OUTPUT_CAP, peak
