@@ -423,6 +423,21 @@ def _hold_sources(check: SourceCheck) -> None:
         return text
 
     FunctionRewriter._prepare_source = prepare_source
+    original_exec = FunctionRewriter._compile_and_exec
+    interpreter_globals = vars(sys.modules[FunctionRewriter.__module__])
+
+    def compile_and_exec(self, transformed_ast, _orig=original_exec, _check=check, _names=interpreter_globals):
+        """Triton's own copies its module's globals (numpy among them) into the kernel's module, where the
+        candidate's other code could read them: a candidate's rewritten kernel gets a namespace of its
+        own instead (the module's names over the interpreter's), and the module stays as it was."""
+        if not _check.owned(self.fn):
+            return _orig(self, transformed_ast)
+        code = compile(transformed_ast, filename=self.filename, mode="exec")
+        namespace, local = {**_names, **self.fn.__globals__}, {**self.kwargs}
+        exec(code, namespace, local)
+        return local[self.fn.__name__]
+
+    FunctionRewriter._compile_and_exec = compile_and_exec
 
 
 # Triton's benchmarking of autotuning configurations: its own torch use (cache flushes, statistics)

@@ -25,6 +25,7 @@ import inspect
 import io
 import math
 import re
+import symtable
 import tokenize
 import types
 from dataclasses import dataclass
@@ -1031,6 +1032,7 @@ def check_source(source: str, entry_point: str) -> list[PolicyViolation]:
     violations += sorted(checker.violations, key=lambda v: v.line)
     kernels = checker.jit_functions + [n for n in nodes if isinstance(n, ast.FunctionDef) and n.name in checker.jit_names]
     violations += _source_confusion(source, kernels)
+    violations += _unbound_names(source, nodes)
     violations += _vendored(source, nodes)
     if len(violations) > MAX_REPORTED:
         violations = violations[:MAX_REPORTED] + [PolicyViolation(0, f"and {len(violations) - MAX_REPORTED} more")]
@@ -1039,6 +1041,36 @@ def check_source(source: str, entry_point: str) -> list[PolicyViolation]:
     if entry_point not in defined:
         violations.append(PolicyViolation(0, f"the module must define {entry_point}(...) at top level"))
     return violations
+
+
+# --- names the module does not bind ---------------------------------------------------------------------
+# A name the candidate reads must be one its own code binds (in the scope Python will look it up in: the
+# function, an enclosing function, the module) or a builtin: a module global that something else put
+# there is not the candidate's to read (Triton's CPU interpreter copies its own module's globals, numpy
+# among them, into the module of every kernel it runs). Scopes as Python resolves them (symtable).
+def _unbound_names(source: str, nodes: list[ast.AST]) -> list[PolicyViolation]:
+    try:
+        top = symtable.symtable(source, "<candidate>", "exec")
+    except (SyntaxError, RecursionError, ValueError):
+        return []  # the parse above stands for these
+    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    unbound: set[str] = set()
+    tables = [top]
+    while tables:
+        table = tables.pop()
+        tables.extend(table.get_children())
+        for sym in table.get_symbols():
+            name = sym.get_name()
+            looked_up_globally = sym.is_global() or (table is top and name not in bound)
+            if (sym.is_referenced() and looked_up_globally and name not in bound and not hasattr(builtins, name)
+                    and name not in ALLOWED_DUNDER_NAMES):
+                unbound.add(name)
+    out = []
+    for name in sorted(unbound):
+        line = min((n.lineno for n in nodes if isinstance(n, ast.Name) and n.id == name), default=0)
+        out.append(PolicyViolation(line, f"reads {name!r}, which the module never binds: a candidate reads only "
+                                         "names its own code defines, imports or assigns, and builtins"))
+    return out
 
 
 # --- strings that Triton's line scanners would take for code ---------------------------------------------

@@ -117,6 +117,7 @@ LAYERING = [
     Case("kda_exec_built_string", "rejected", "on compile", bypass=True),
     # Triton re-reads a kernel's source lines: what it runs is held to the function the policy checked
     Case("mla_interpreter_source_confusion", "rejected", "not the source that was checked", bypass=True),
+    Case("mla_interpreter_planted_globals", "crashed", "NameError", bypass=True),
     Case("mla_jit_decorator_source_confusion", "rejected", "not the source that was checked", bypass=True),
     Case("mla_jit_decorator_source_confusion", "rejected", "not the source that was checked", bypass=True, cuda=True),
 ]
@@ -202,6 +203,7 @@ CASES = [
     Case("mla_autotune_bench_hook", reason="triton.Config(pre_hook=...)", **S),
     # a string spanning lines that Triton's line scanners take for the kernel (interpreter; JIT decorator)
     Case("mla_interpreter_source_confusion", reason="a string spanning lines", **S),
+    Case("mla_interpreter_planted_globals", reason="which the module never binds", **S),
     Case("mla_jit_decorator_source_confusion", reason="a string spanning lines", **S),
     # a heuristic of builtins and partials computes in the autotuner's benchmarking (the CPU has no benchmarker)
     Case("mla_autotune_heuristic_builtin", "rejected", "torch computed part of the answer", cuda=True),
