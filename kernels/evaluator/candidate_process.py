@@ -215,7 +215,7 @@ def _wrap_run(cls, recorder: Recorder, ranges: list | None = None, check: Source
 
     def run(self, *args, _rec=recorder, _name=_kernel_name, _odd=_odd_arg, _orig=original, _launch=LaunchRecord,
             _opts=_options, _ranges=ranges, _check=check, **kwargs):
-        if _check is not None and (_check.mismatches or _check.check(self)):
+        if _check is not None and (_check.mismatches or _check.check(self) or _check.drifted()):
             raise RuntimeError(f"refused to launch a kernel: {_check.mismatches[0]}")
         options = _opts(self, kwargs)
         if kwargs.get("warmup", False) and not options:
@@ -349,6 +349,15 @@ class SourceCheck:
         if why is None and self.owned(obj.fn):
             self.matched[id(obj)] = (obj, text)
         return why
+
+    def drifted(self) -> str | None:
+        """Whether the text of any Triton function already matched has changed since (a helper the launched
+        kernel calls is compiled from its text too, with no launch of its own to check it at)."""
+        for obj, text in list(self.matched.values()):
+            if isinstance(obj, JITCallable) and obj._src is not text:
+                code = obj.fn.__code__
+                return self._note(f"{code.co_name} (line {code.co_firstlineno}): its text changed after it was checked")
+        return None
 
     def module(self, module) -> None:
         """After the import: every Triton function the module holds, in its names, its classes and its

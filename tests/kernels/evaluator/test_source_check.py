@@ -80,3 +80,15 @@ def test_wrappers_are_unwrapped_and_functions_not_checked_are_refused(tmp_path):
     # a function that the checked source does not hold at that line (the source changed underneath)
     other = SourceCheck(source.replace("import torch\n", "import torch\n\n", 1), (module.__file__,))
     assert "no such function in the checked source" in other.check(module._bump)
+
+
+def test_a_helpers_text_changed_after_its_check_stops_every_later_launch(tmp_path):
+    """A helper the launched kernel calls is compiled from its own text, with no launch of its own to be
+    checked at: a change to any matched function's text is seen at the next launch of any kernel."""
+    module, check = load(resolve_kernel(get_problem("mla_decode"), "starter")[1], tmp_path, False)
+    found = [k for k in kernels(module) if isinstance(k, JITFunction)]
+    assert found and [check.check(k) for k in found] == [None] * len(found)
+    assert check.drifted() is None
+    found[0]._src = found[0]._src.replace("tl.", "tl. ", 1)  # what _unsafe_update_src would do
+    assert "its text changed after it was checked" in check.drifted()
+    assert check.mismatches
