@@ -136,14 +136,16 @@ def _concurrency(text: str) -> int:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    from cli.args import Parser
+    from cli.args import NAMESPACE, TASK_QUEUE_NAME, Parser
     ap = Parser(prog="worker.py", description="kernel-marathon workers")
     ap.add_argument("--address", type=_address, default=os.environ.get("TEMPORAL_ADDRESS", "localhost:7233"))
-    ap.add_argument("--namespace", default=os.environ.get("TEMPORAL_NAMESPACE", "default"))
+    ap.add_argument("--namespace", type=NAMESPACE, default=os.environ.get("TEMPORAL_NAMESPACE", "default"))
     ap.add_argument("--queues", default=f"{names.TASK_QUEUE},{names.GPU_TASK_QUEUE}",
                     help="which queues to serve: marathon, marathon-gpu or both (comma-separated)")
-    ap.add_argument("--task-queue", default=names.TASK_QUEUE, help="the name of the control queue")
-    ap.add_argument("--gpu-task-queue", default=names.GPU_TASK_QUEUE, help="the name of the evaluation queue")
+    ap.add_argument("--task-queue", type=TASK_QUEUE_NAME, default=names.TASK_QUEUE,
+                    help="the name of the control queue")
+    ap.add_argument("--gpu-task-queue", type=TASK_QUEUE_NAME, default=names.GPU_TASK_QUEUE,
+                    help="the name of the evaluation queue")
     ap.add_argument("--artifacts", default=None, help="artifact store directory (default: $MARATHON_ARTIFACTS or "
                                                        "~/.local/state/kernel-marathon/artifacts)")
     ap.add_argument("--gpus", default="auto", help="auto: one evaluation worker process per visible GPU; none: "

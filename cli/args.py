@@ -3,6 +3,7 @@ describe a run (RunSpec) with their translation into one."""
 from __future__ import annotations
 
 import argparse
+import re
 
 from kernels.problems.spec import PROBLEM_NAMES, parse_shape, resolve_problem
 from workflows import limits as L
@@ -51,16 +52,102 @@ SEEDS = _number(int, 1, L.MAX_SEEDS)
 REPS = _number(int, 1, L.MAX_REPS)
 
 
+def _shown(text: str) -> str:
+    """A refused argument as an error line quotes it: its start, escaped, never a screenful."""
+    return repr(text[:60]) + ("..." if len(text) > 60 else "")
+
+
+_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+
+
+def _host_ok(host: str) -> bool:
+    """A host as the Temporal client's URL parser takes it: an IPv6 address in brackets, a dotted IPv4
+    address, or a DNS name (labels of letters, digits, _ and -). A name whose last label is a number is
+    read as an IPv4 address by that parser, so it must be one."""
+    import ipaddress
+    if host.startswith("[") or host.endswith("]"):
+        inner = host[1:-1]
+        if not (host.startswith("[") and host.endswith("]")) or "%" in inner or not inner:
+            return False
+        try:
+            ipaddress.IPv6Address(inner)
+        except ValueError:
+            return False
+        return True
+    labels = host.split(".")
+    if not host or len(host) > 253 or not all(_LABEL.fullmatch(x) for x in labels):
+        return False
+    if re.fullmatch(r"[0-9]+|0[xX][0-9A-Fa-f]*", labels[-1]):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return False
+    return True
+
+
 def ADDRESS(text: str) -> str:
-    """An argparse type: a Temporal server's HOST:PORT (an IPv6 host in brackets), the port 1 to 65535."""
+    """An argparse type: a Temporal server's HOST:PORT (an IPv6 host in brackets), the port 1 to 65535.
+    The one check of an address every command (and worker.py) makes, so that a malformed one is refused
+    while the arguments are read, never by the client's URL parser later."""
     host, sep, port = text.rpartition(":")
-    ok_host = bool(host) and (host.startswith("[") and host.endswith("]") or all(c.isalnum() or c in "-._" for c in host))
-    if not (sep and ok_host and port.isdigit() and 1 <= int(port) <= 65535):
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (a port from 1 to 65535)")
+    if not (sep and len(text) <= 300 and _host_ok(host) and re.fullmatch(r"[0-9]{1,5}", port)
+            and 1 <= int(port) <= 65535):
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not HOST:PORT (a host name, an IPv4 address or an "
+                                         f"IPv6 address in brackets; a port from 1 to 65535)")
     return text
 
 
 ADDRESS.__name__ = "address"
+
+
+def _name(what: str, pattern: str, max_chars: int, chars: str):
+    """An argparse type: a non-empty name of at most `max_chars` characters matching `pattern` (`chars`
+    says which, in the error line)."""
+    rx = re.compile(pattern)
+
+    def parse(text: str) -> str:
+        if not text:
+            raise argparse.ArgumentTypeError(f"{what} is empty")
+        if len(text) > max_chars:
+            raise argparse.ArgumentTypeError(f"{what} of {len(text)} characters: at most {max_chars}")
+        if not rx.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"{_shown(text)} is not {what} ({chars})")
+        return text
+    parse.__name__ = what
+    return parse
+
+
+# Every id and name the CLI hands a Temporal server: a charset and a length checked as the arguments are read
+NAMESPACE = _name("a namespace", r"[A-Za-z0-9][A-Za-z0-9._-]*", 255, "letters, digits, . _ -")
+TASK_QUEUE_NAME = _name("a task queue", r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", L.MAX_NAME_CHARS, "letters, digits, _ . + -")
+# a run's workflow id: a schedule's runs add -<time> (with colons), an agent's /agent-<i> (workflows/names.py)
+WORKFLOW_ID = _name("a workflow id", r"[A-Za-z0-9_][A-Za-z0-9_.+:@=/-]*", 255, "letters, digits, _ . + : @ = / -")
+# a schedule's id starts the workflow id of each run it starts (<id>-<time>): shorter than a workflow id
+SCHEDULE_ID = _name("a schedule id", r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", L.MAX_NAME_CHARS, "letters, digits, _ . + -")
+PROBLEM_NAME = _name("a problem's name", r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", L.MAX_NAME_CHARS, "letters, digits, _ . + -")
+
+
+MAX_SINCE_DAYS = 3650  # `runs --since`: ten years reaches back past any run
+
+
+def SINCE(text: str):
+    """An argparse type: `runs --since` (90m, 24h, 3d, 1w), at most MAX_SINCE_DAYS days."""
+    from datetime import timedelta
+
+    from reports.runs import parse_since
+    try:
+        age = parse_since(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not an age (a number and a unit: 90m, 24h, 3d, "
+                                         f"1w)") from None
+    except OverflowError:
+        age = None
+    if age is None or age > timedelta(days=MAX_SINCE_DAYS):
+        raise argparse.ArgumentTypeError(f"{_shown(text)} must be at most {MAX_SINCE_DAYS}d")
+    return age
+
+
+SINCE.__name__ = "age"
 
 
 def _state_dir(path: str | None):
@@ -116,7 +203,7 @@ def _add_spec_flags(run, problem: str = "one") -> None:
     run.add_argument("--context-budget", type=TOKENS, default=48000, help="tokens a prompt may use")
     run.add_argument("--memory-from", default=None, metavar="REPORT.json",
                      help="start from the memory of an earlier run's --json report (e.g. a tuner run's)")
-    run.add_argument("--gpu-task-queue", default=GPU_TASK_QUEUE)
+    run.add_argument("--gpu-task-queue", type=TASK_QUEUE_NAME, default=GPU_TASK_QUEUE)
 
 
 def _label(file_name: str) -> str:

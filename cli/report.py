@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import ADDRESS, _state_dir
+from cli.args import ADDRESS, NAMESPACE, PROBLEM_NAME, SINCE, WORKFLOW_ID, _state_dir
 from cli.server import why
 
 
@@ -32,10 +32,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     import asyncio
     from reports.collect import ReportError
     from reports.make import Unreachable
-    from reports.runs import caller, list_runs, parse_since, table
+    from reports.runs import caller, list_runs, table
     try:
-        since = parse_since(args.since) if args.since else None
-        rows = asyncio.run(list_runs(_state_dir(args.state_dir), args.address, args.problem, since, args.namespace,
+        rows = asyncio.run(list_runs(_state_dir(args.state_dir), args.address, args.problem, args.since, args.namespace,
                                      started_by=caller() if args.mine else None))
     except (ReportError, ValueError, OSError) as exc:
         print(f"marathon runs: {exc}{_cause(exc, Unreachable)}", file=sys.stderr)
@@ -52,11 +51,11 @@ def add_report_parser(sub) -> None:
     rep = sub.add_parser("report", help="a run's report folder: report.html (progress plots, attempts), report.md, "
                                         "attempts.csv, notebook.md, best_kernel.py, best_verdict.json; a suite's: "
                                         "fast_p, the geometric mean, a row per problem linking its run's report")
-    rep.add_argument("workflow_id")
+    rep.add_argument("workflow_id", type=WORKFLOW_ID)
     rep.add_argument("--out", default=None, help="the folder to write (default: STATE/reports/WORKFLOW_ID)")
     rep.add_argument("--address", type=ADDRESS, default=None,
                      help="a Temporal server that holds the run; default: the databases under --state-dir")
-    rep.add_argument("--namespace", default="default")
+    rep.add_argument("--namespace", type=NAMESPACE, default="default")
     rep.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
     rep.add_argument("--artifacts", default=None, help="the run's artifact store (default: STATE/artifacts)")
     rep.set_defaults(func=cmd_report)
@@ -66,10 +65,11 @@ def add_runs_parser(sub) -> None:
     runs = sub.add_parser("runs", help="what ran: id, problem, policy, status, hours, tool calls, best speedup, report")
     runs.add_argument("--address", type=ADDRESS, default=None,
                       help="a Temporal server to ask; default: the databases under --state-dir")
-    runs.add_argument("--namespace", default="default")
+    runs.add_argument("--namespace", type=NAMESPACE, default="default")
     runs.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
-    runs.add_argument("--problem", default=None, help="only this problem's runs")
-    runs.add_argument("--since", default=None, metavar="AGE", help="only runs started within AGE (90m, 24h, 3d, 1w)")
+    runs.add_argument("--problem", type=PROBLEM_NAME, default=None, help="only this problem's runs")
+    runs.add_argument("--since", type=SINCE, default=None, metavar="AGE",
+                      help="only runs started within AGE (90m, 24h, 3d, 1w; at most 3650d)")
     runs.add_argument("--mine", action="store_true",
                       help="only the runs this user on this host started (the `started by` column); every run otherwise")
     runs.add_argument("--json", action="store_true", help="one JSON list")

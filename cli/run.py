@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import ADDRESS, SECONDS, SERVER_WAIT_S, _add_spec_flags, _state_dir, spec_from_args
+from cli.args import (ADDRESS, NAMESPACE, SECONDS, SERVER_WAIT_S, TASK_QUEUE_NAME, WORKFLOW_ID, _add_spec_flags,
+                      _state_dir, spec_from_args)
 from cli.server import ServerGone, while_server_up, why
 from cli.tables import CPU_LINE, progress_line, run_report_table
 from kernels.problems.spec import ShapeError
@@ -281,9 +282,9 @@ def add_run_parser(sub) -> None:
     _add_spec_flags(run)
     run.add_argument("--address", type=ADDRESS, default=None,
                      help="a Temporal server whose workers run it (e.g. `marathon dev`); default: an embedded one")
-    run.add_argument("--namespace", default="default")
-    run.add_argument("--task-queue", default=TASK_QUEUE)
-    run.add_argument("--workflow-id", default=None)
+    run.add_argument("--namespace", type=NAMESPACE, default="default")
+    run.add_argument("--task-queue", type=TASK_QUEUE_NAME, default=TASK_QUEUE)
+    run.add_argument("--workflow-id", type=WORKFLOW_ID, default=None)
     run.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
     run.add_argument("--artifacts", default=None, help="artifact store of the embedded worker (default: STATE/artifacts)")
     run.add_argument("--detach", action="store_true", help="start it and print its workflow id (needs --address)")
@@ -296,9 +297,9 @@ def add_run_parser(sub) -> None:
 def add_follow_parser(sub) -> None:
     fol = sub.add_parser("follow", help="follow a run already started (after --detach, or after a restart of the "
                                         "server and workers) to its report")
-    fol.add_argument("--workflow-id", required=True)
+    fol.add_argument("--workflow-id", type=WORKFLOW_ID, required=True)
     fol.add_argument("--address", type=ADDRESS, default="localhost:7233")
-    fol.add_argument("--namespace", default="default")
+    fol.add_argument("--namespace", type=NAMESPACE, default="default")
     fol.add_argument("--json", action="store_true", help="print the final report as one JSON object")
     fol.add_argument("--server-wait", type=SECONDS, default=SERVER_WAIT_S, metavar="SECONDS",
                      help=f"how long to wait for a server that is down or restarting (default {SERVER_WAIT_S:g})")

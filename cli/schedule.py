@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import ADDRESS, _add_spec_flags, spec_from_args
+from cli.args import ADDRESS, NAMESPACE, SCHEDULE_ID, TASK_QUEUE_NAME, _add_spec_flags, spec_from_args
 from kernels.problems.spec import ShapeError
 from workflows.names import TASK_QUEUE
 
@@ -74,14 +74,15 @@ def add_parser(sub) -> None:
     sched = sub.add_parser("schedule", help="nightly (or any cron) runs as Temporal schedules")
     ssub = sched.add_subparsers(dest="schedule_command", required=True)
     create = ssub.add_parser("create", help="create or replace a schedule that starts a run")
-    create.add_argument("--id", required=True, help="the schedule id; each run's workflow id starts with it")
+    create.add_argument("--id", type=SCHEDULE_ID, required=True,
+                        help="the schedule id; each run's workflow id starts with it")
     create.add_argument("--cron", default="0 22 * * *", help="when to start a run (default: 22:00 UTC daily)")
     _add_spec_flags(create, problem="either")
-    create.add_argument("--task-queue", default=TASK_QUEUE)
+    create.add_argument("--task-queue", type=TASK_QUEUE_NAME, default=TASK_QUEUE)
     listing = ssub.add_parser("list", help="the schedules and their next run")
     delete = ssub.add_parser("delete", help="delete a schedule (the runs it started go on)")
-    delete.add_argument("--id", required=True)
+    delete.add_argument("--id", type=SCHEDULE_ID, required=True)
     for p in (create, listing, delete):
         p.add_argument("--address", type=ADDRESS, default="localhost:7233")
-        p.add_argument("--namespace", default="default")
+        p.add_argument("--namespace", type=NAMESPACE, default="default")
     sched.set_defaults(func=cmd_schedule)

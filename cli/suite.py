@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import ADDRESS, _add_spec_flags, _state_dir, spec_from_args
+from cli.args import ADDRESS, NAMESPACE, TASK_QUEUE_NAME, WORKFLOW_ID, _add_spec_flags, _state_dir, spec_from_args
 from cli.run import start
 from cli.server import why
 from cli.tables import suite_report_table
@@ -147,8 +147,10 @@ def add_parser(sub) -> None:
     suite = sub.add_parser("suite", help="one run per problem file of a folder, as child workflows of one suite "
                                          "workflow; reports fast_p and the geometric-mean speedup")
     _add_spec_flags(suite, problem="suite")
-    for flag, kw in (("--address", {"type": ADDRESS, "default": None}), ("--namespace", {"default": "default"}),
-                     ("--task-queue", {"default": TASK_QUEUE}), ("--workflow-id", {"default": None}),
+    for flag, kw in (("--address", {"type": ADDRESS, "default": None}),
+                     ("--namespace", {"type": NAMESPACE, "default": "default"}),
+                     ("--task-queue", {"type": TASK_QUEUE_NAME, "default": TASK_QUEUE}),
+                     ("--workflow-id", {"type": WORKFLOW_ID, "default": None}),
                      ("--state-dir", {"default": None}), ("--artifacts", {"default": None}),
                      ("--detach", {"action": "store_true"}), ("--json", {"action": "store_true"})):
         suite.add_argument(flag, **kw)

@@ -1,0 +1,94 @@
+"""Bad input at the CLI's door: a malformed address, id, name, namespace, task queue or age is one line
+and exit 2 while the arguments are read, by every command that takes it."""
+from __future__ import annotations
+
+import pytest
+
+from marathon import main
+
+pytestmark = pytest.mark.timeout(180)
+
+BAD_ADDRESSES = ["[zz]:17933", "[]:17933", "[::1]]:17933", "[1::2::3]:17933", "::1:7233", "[fe80::1%eth0]:7233",
+                 "999.1.1.1:7233", "host.1:7233", "a b:7233", "x" * 300 + ":7233"]
+# every command that takes --address (and what else it needs to get as far as reading it)
+ADDRESS_COMMANDS = [
+    ["run", "--problem", "mla_decode"],
+    ["run", "--problem", "mla_decode", "--detach"],
+    ["follow", "--workflow-id", "x"],
+    ["suite", "--problems", "docs/examples"],
+    ["schedule", "list"],
+    ["schedule", "create", "--id", "x", "--problem", "mla_decode"],
+    ["schedule", "delete", "--id", "x"],
+    ["runs"],
+    ["report", "x"],
+]
+
+
+def refused(argv: list[str], capsys) -> str:
+    """`marathon ARGV` in this process: it must stop while reading its arguments, exit 2, one line."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("address", BAD_ADDRESSES)
+@pytest.mark.parametrize("argv", ADDRESS_COMMANDS, ids=lambda a: "-".join(a[:2]))
+def test_a_malformed_address_is_refused_by_every_command(argv, address, capsys):
+    assert "--address" in refused([*argv, "--address", address], capsys)
+
+
+@pytest.mark.parametrize("address", ["localhost:7233", "127.0.0.1:1", "[::1]:7233", "my_host.example.com:443",
+                                     "temporal-frontend.ns.svc.cluster.local:7233"])
+def test_a_well_formed_address_is_taken(address):
+    from cli.args import ADDRESS
+    assert ADDRESS(address) == address
+
+
+def test_an_address_taken_is_one_the_client_parses():
+    """What ADDRESS lets through reaches the network: the client fails to connect, it does not fail to
+    parse the URL (a ValueError, the traceback this check prevents)."""
+    import asyncio
+
+    import worker
+    for address in ("[::1]:1", "127.0.0.1:1", "my_host.invalid:1"):
+        with pytest.raises(RuntimeError):
+            asyncio.run(asyncio.wait_for(worker.connect(address), 30))
+
+
+LONG = "a" * 5000
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["schedule", "create", "--id", LONG, "--problem", "mla_decode"], "--id"),
+    (["schedule", "create", "--id", "", "--problem", "mla_decode"], "--id"),
+    (["schedule", "create", "--id", "a/b", "--problem", "mla_decode"], "--id"),
+    (["schedule", "create", "--id", "x", "--task-queue", "", "--problem", "mla_decode"], "--task-queue"),
+    (["schedule", "create", "--id", "x", "--gpu-task-queue", "a b", "--problem", "mla_decode"], "--gpu-task-queue"),
+    (["schedule", "delete", "--id", ""], "--id"),
+    (["schedule", "list", "--namespace", "no/such"], "--namespace"),
+    (["schedule", "list", "--namespace", LONG], "--namespace"),
+    (["runs", "--namespace", ""], "--namespace"),
+    (["runs", "--problem", "x'y"], "--problem"),
+    (["runs", "--since", "99999999999999w"], "--since"),
+    (["runs", "--since", "1" * 400 + "w"], "--since"),
+    (["runs", "--since", "3650.1d"], "--since"),
+    (["runs", "--since", "soon"], "--since"),
+    (["report", ""], "workflow_id"),
+    (["report", LONG], "workflow_id"),
+    (["report", "x", "--namespace", ""], "--namespace"),
+    (["follow", "--workflow-id", ""], "--workflow-id"),
+    (["follow", "--workflow-id", "x", "--namespace", "a b"], "--namespace"),
+    (["run", "--problem", "mla_decode", "--workflow-id", "\n"], "--workflow-id"),
+    (["run", "--problem", "mla_decode", "--task-queue", LONG], "--task-queue"),
+    (["run", "--problem", "mla_decode", "--namespace", ""], "--namespace"),
+    (["suite", "--problems", "docs/examples", "--workflow-id", ""], "--workflow-id"),
+    (["suite", "--problems", "docs/examples", "--namespace", "no/such"], "--namespace"),
+])
+def test_an_id_or_name_out_of_bounds_is_refused(argv, flag, capsys):
+    line = refused(argv, capsys)
+    assert flag in line and len(line) < 400, line
+
