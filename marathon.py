@@ -10,6 +10,7 @@ from cli import dev, problem, report, run, schedule, suite
 from cli import eval as eval_command
 from cli.args import Parser
 from cli.help import complete
+from cli.server import refusal
 from kernels.settings import exit_on_bad_settings
 
 
@@ -46,7 +47,14 @@ def main(argv: list[str] | None = None, process: bool = False) -> int:
     exit_on_bad_settings("marathon")
     if process and getattr(args, "json", False):
         json_only_stdout()
-    return args.func(args)
+    try:
+        return args.func(args)
+    except Exception as exc:  # a request the server refused, or a server gone: one line, not a traceback
+        line = refusal(exc, getattr(args, "address", None))
+        if line is None:
+            raise
+        print(f"marathon {args.command}: {line}", file=sys.stderr)
+        return 2
 
 
 def cli() -> None:

@@ -26,7 +26,15 @@ async def _schedule_async(args: argparse.Namespace, spec) -> int:
             print(f"{entry.id}  next run {nxt}")
         return 0
     if args.schedule_command == "delete":
-        await client.get_schedule_handle(args.id).delete()
+        from temporalio.service import RPCError, RPCStatusCode
+        try:
+            await client.get_schedule_handle(args.id).delete()
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise  # one line at the CLI's boundary (marathon.py)
+            print(f"marathon schedule: no schedule {args.id!r} on {args.address} (namespace {args.namespace})",
+                  file=sys.stderr)
+            return 2
         print(f"deleted schedule {args.id}")
         return 0
     suite = not hasattr(spec, "problem")  # a SuiteSpec (workflows/suite.py): the suite workflow

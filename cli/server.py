@@ -27,6 +27,23 @@ def server_down(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and str(exc).startswith("Failed client connect")
 
 
+def refusal(exc: BaseException, address: str | None = None) -> str | None:
+    """A Temporal error at the CLI's boundary in one line: the server refusing the request (a bad
+    argument, a missing or existing id, no permission), or not answering; None for anything else."""
+    if not type(exc).__module__.startswith("temporalio") and not isinstance(exc, RuntimeError):
+        return None
+    from temporalio.service import RPCError, RPCStatusCode
+    at = f" at {address}" if address else ""
+    if server_down(exc):
+        return f"cannot reach the Temporal server{at}: {why(exc)}"
+    if isinstance(exc, RPCError) and exc.status in (
+            RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.NOT_FOUND, RPCStatusCode.ALREADY_EXISTS,
+            RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.OUT_OF_RANGE, RPCStatusCode.PERMISSION_DENIED,
+            RPCStatusCode.UNAUTHENTICATED, RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNIMPLEMENTED):
+        return f"the server{at} refused the request ({exc.status.name.lower()}): {why(exc)}"
+    return None
+
+
 async def while_server_up(call, address: str, wait_s: float, command: str):
     """`await call()`, and while the server does not answer (down, or restarting), say so once and try
     again, for up to `wait_s` seconds; then ServerGone."""

@@ -1,12 +1,20 @@
 """Bad input at the CLI's door: a malformed address, id, name, namespace, task queue or age is one line
-and exit 2 while the arguments are read, by every command that takes it."""
+and exit 2 while the arguments are read, by every command that takes it; and a request the Temporal
+server refuses (an id or a namespace it does not know) is one line and exit 2, never a traceback."""
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
 
 import pytest
 
 from marathon import main
+from marathon_support import ROOT
 
 pytestmark = pytest.mark.timeout(180)
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 BAD_ADDRESSES = ["[zz]:17933", "[]:17933", "[::1]]:17933", "[1::2::3]:17933", "::1:7233", "[fe80::1%eth0]:7233",
                  "999.1.1.1:7233", "host.1:7233", "a b:7233", "x" * 300 + ":7233"]
@@ -92,3 +100,51 @@ def test_an_id_or_name_out_of_bounds_is_refused(argv, flag, capsys):
     line = refused(argv, capsys)
     assert flag in line and len(line) < 400, line
 
+
+def marathon(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "marathon.py", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=ENV)
+
+
+def one_line_exit_2(res: subprocess.CompletedProcess, *words: str) -> None:
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and "Traceback" not in res.stderr, res
+    assert all(w in lines[0] for w in words), lines[0]
+
+
+def test_what_the_server_refuses_is_one_line_and_exit_2(temporal_server):
+    """Against a real server: the ids and the namespace it does not know are one line and exit 2."""
+    address = temporal_server.address
+    sid = f"bounds-{uuid.uuid4().hex[:8]}"
+    one_line_exit_2(marathon("schedule", "delete", "--id", sid, "--address", address), "no schedule", sid)
+    one_line_exit_2(marathon("schedule", "list", "--namespace", "no-such-namespace", "--address", address),
+                    "refused", "not_found")
+    one_line_exit_2(marathon("schedule", "create", "--id", sid, "--problem", "mla_decode", "--namespace",
+                             "no-such-namespace", "--address", address), "not_found")
+    one_line_exit_2(marathon("runs", "--namespace", "no-such-namespace", "--address", address), "not_found")
+    one_line_exit_2(marathon("report", f"no-such-run-{sid}", "--address", address), "no run")
+
+
+def test_a_refusal_at_the_boundary_is_one_line(capsys, monkeypatch):
+    """An RPCError the request caused, wherever a command meets it, is one line and exit 2; an error of
+    another kind keeps its traceback (it is a bug to find)."""
+    import argparse
+
+    import marathon
+    from temporalio.service import RPCError, RPCStatusCode
+
+    def raising(exc):
+        def parse(argv=None):
+            def func(args):
+                raise exc
+            return argparse.Namespace(command="report", address="h:1", func=func)
+        return lambda: argparse.Namespace(parse_args=parse)
+
+    refusal = RPCError("WorkflowId is not set.", RPCStatusCode.INVALID_ARGUMENT, b"")
+    monkeypatch.setattr(marathon, "build_parser", raising(refusal))
+    assert marathon.main([]) == 2
+    assert capsys.readouterr().err == ("marathon report: the server at h:1 refused the request (invalid_argument): "
+                                       "WorkflowId is not set.\n")
+    monkeypatch.setattr(marathon, "build_parser", raising(KeyError("a bug")))
+    with pytest.raises(KeyError):
+        marathon.main([])
