@@ -3,11 +3,90 @@ list, delete."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
-from cli.args import ADDRESS, NAMESPACE, SCHEDULE_ID, TASK_QUEUE_NAME, _add_spec_flags, spec_from_args
+from cli.args import ADDRESS, NAMESPACE, SCHEDULE_ID, TASK_QUEUE_NAME, _add_spec_flags, _shown, spec_from_args
 from kernels.problems.spec import ShapeError
 from workflows.names import TASK_QUEUE
+
+MIN_INTERVAL_H = 1  # a schedule's runs are at least this many hours apart (a run is hours of a GPU's time)
+MAX_EVERY_H = 8784  # `@every`: at most a (leap) year
+MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+# a cron field's values and the names it takes for them
+_FIELDS = (("minute", 0, 59, ()), ("hour", 0, 23, ()), ("day of month", 1, 31, ()),
+           ("month", 1, 12, ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")),
+           ("day of week", 0, 6, ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")))
+
+
+def _cron_field(text: str, what: str, low: int, high: int, names: tuple[str, ...]) -> set[int]:
+    """One field of a 5-field cron expression: a comma list of *, N, N-M, each with an optional /STEP;
+    the values it names, or ValueError."""
+    def value(x: str) -> int:
+        if x.upper() in names:
+            return low + names.index(x.upper())
+        if not re.fullmatch(r"[0-9]{1,2}", x) or not low <= int(x) <= high:
+            raise ValueError(f"{what} {x!r} is not {low}-{high}" + (f" or {names[0]}-{names[-1]}" if names else ""))
+        return int(x)
+
+    out: set[int] = set()
+    for item in text.split(","):
+        span, slash, step_text = item.partition("/")
+        if slash and not (re.fullmatch(r"[0-9]{1,2}", step_text) and int(step_text) >= 1):
+            raise ValueError(f"{what}: step {step_text!r} is not a number from 1")
+        step = int(step_text) if slash else 1
+        if span == "*":
+            first, last = low, high
+        elif "-" in span:
+            a, _, b = span.partition("-")
+            first, last = value(a), value(b)
+            if first > last:
+                raise ValueError(f"{what}: the range {span!r} runs backwards")
+        else:
+            first = value(span)
+            last = high if slash else first
+        out.update(range(first, last + 1, step))
+    return out
+
+
+def _every_hours(text: str) -> float:
+    """`@every` DURATION (Go's units: 90m, 2h, 1h30m, 3600s) in hours, or ValueError."""
+    parts = re.findall(r"([0-9]{1,9}(?:\.[0-9]{1,9})?)(h|m|s)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"@every {text!r}: give a duration such as 2h, 90m, 1h30m")
+    return sum(float(n) * {"h": 1, "m": 1 / 60, "s": 1 / 3600}[u] for n, u in parts)
+
+
+def CRON(text: str) -> str:
+    """An argparse type: when a schedule starts a run, as the README documents it: a 5-field cron
+    expression (minute hour day-of-month month day-of-week, in UTC), one of the macros @daily, @weekly,
+    @monthly, @yearly, @hourly, or `@every DURATION`; its runs at least MIN_INTERVAL_H hour apart. A cron
+    expression with one minute value starts runs on the hour at the closest, so it is refused with more."""
+    if len(text) > 200:
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: a cron expression of at most 200 characters")
+    spaced = " ".join(text.split())
+    try:
+        if spaced.lower() in MACROS:
+            return spaced.lower()
+        if spaced.lower().startswith("@every "):
+            hours = _every_hours(spaced[len("@every "):])
+            if not MIN_INTERVAL_H <= hours <= MAX_EVERY_H:
+                raise ValueError(f"@every: runs at least {MIN_INTERVAL_H} h apart and at most {MAX_EVERY_H} h "
+                                 f"(a year)")
+            return spaced
+        fields = spaced.split(" ")
+        if len(fields) != 5:
+            raise ValueError("give 5 fields (minute hour day-of-month month day-of-week), e.g. '0 22 * * *', "
+                             "or @daily, @weekly, @every 6h")
+        values = [_cron_field(f, *spec) for f, spec in zip(fields, _FIELDS)]
+        if len(values[0]) != 1:
+            raise ValueError(f"one minute per hour: runs at least {MIN_INTERVAL_H} h apart")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: {exc}") from None
+    return spaced
+
+
+CRON.__name__ = "cron expression"
 
 
 async def _schedule_async(args: argparse.Namespace, spec) -> int:
@@ -84,7 +163,9 @@ def add_parser(sub) -> None:
     create = ssub.add_parser("create", help="create or replace a schedule that starts a run")
     create.add_argument("--id", type=SCHEDULE_ID, required=True,
                         help="the schedule id; each run's workflow id starts with it")
-    create.add_argument("--cron", default="0 22 * * *", help="when to start a run (default: 22:00 UTC daily)")
+    create.add_argument("--cron", type=CRON, default="0 22 * * *",
+                        help=f"when to start a run, in UTC: 5 cron fields with one minute value, @daily, @weekly, "
+                             f"or @every DURATION of at least {MIN_INTERVAL_H} h (default: 22:00 daily)")
     _add_spec_flags(create, problem="either")
     create.add_argument("--task-queue", type=TASK_QUEUE_NAME, default=TASK_QUEUE)
     listing = ssub.add_parser("list", help="the schedules and their next run")

@@ -1,6 +1,7 @@
-"""Bad input at the CLI's door: a malformed address, id, name, namespace, task queue or age is one line
-and exit 2 while the arguments are read, by every command that takes it; and a request the Temporal
-server refuses (an id or a namespace it does not know) is one line and exit 2, never a traceback."""
+"""Bad input at the CLI's door: a malformed address, id, name, namespace, task queue, age or schedule is
+one line and exit 2 while the arguments are read, by every command that takes it; and a request the
+Temporal server refuses (a bad cron expression, an id or a namespace it does not know) is one line and
+exit 2, never a traceback."""
 from __future__ import annotations
 
 import os
@@ -99,6 +100,22 @@ LONG = "a" * 5000
 def test_an_id_or_name_out_of_bounds_is_refused(argv, flag, capsys):
     line = refused(argv, capsys)
     assert flag in line and len(line) < 400, line
+
+
+@pytest.mark.parametrize("cron", ["not a cron", "@every 1s", "@every 59m", "@every 1d", "* * * * *", "*/5 * * * *",
+                                  "0,30 * * * *", "0 24 * * *", "0 0 0 * *", "0 0 * 13 *", "0 5-1 * * *",
+                                  "0 */0 * * *", "0 0 * * * *", "@every 9000h", "", "x" * 5000])
+def test_a_schedule_more_often_than_hourly_or_malformed_is_refused(cron, capsys):
+    line = refused(["schedule", "create", "--id", "x", "--problem", "mla_decode", "--cron", cron], capsys)
+    assert "--cron" in line and len(line) < 400, line
+
+
+@pytest.mark.parametrize("cron", ["0 22 * * *", "@daily", "@hourly", "@weekly", "@every 1h", "@every 90m",
+                                  "@every 1h30m", "30 */6 * * MON-FRI", "0 0 1 jan *", "0 9-17 * * 1-5",
+                                  "5 */2 * * *", "0 0 1-31/2 * *"])
+def test_a_schedule_an_hour_apart_or_more_is_taken(cron):
+    from cli.schedule import CRON
+    assert CRON(cron) == " ".join(cron.split())
 
 
 def marathon(*argv: str) -> subprocess.CompletedProcess:
