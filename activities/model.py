@@ -74,12 +74,30 @@ def _endpoint(url: str) -> tuple[str, str, int | None, str]:
     return scheme, (parts.hostname or "").lower(), port, parts.path.rstrip("/") + "/"
 
 
+def _dot_segments(path: str) -> bool:
+    """Whether a URL's path holds a `.` or `..` segment: as written, which the HTTP client resolves before
+    it sends (`/v1/../../x` goes out as `/x`), or percent-encoded (`%2e%2e`, `..%2f`) or behind a
+    backslash, which a proxy or server in front of the endpoint may decode and resolve."""
+    from urllib.parse import unquote
+    for _ in range(4):  # encoded twice or more: each layer's decoding checked
+        if any(seg in (".", "..") for seg in path.replace("\\", "/").split("/")):
+            return True
+        decoded = unquote(path)
+        if decoded == path:
+            return False
+        path = decoded
+    return True  # encoded deeper than anyone sends in earnest
+
+
 def may_send(variable: str, base_url: str | None) -> bool:
     """Whether this worker sends `variable`'s value to `base_url`: the same scheme, host and port (or any
-    port, for HOST:*) as an allowed destination, and a path beneath its path."""
+    port, for HOST:*) as an allowed destination, and a path beneath its path. A path with a dot segment
+    is refused: the path compared must be the path sent, and `/v1/../../` is not."""
     scheme, host, port, path = _endpoint(base_url or OPENAI_URL)
     if port == ANY_PORT:
         return False  # a run's endpoint names its port
+    if _dot_segments(urlsplit(base_url or OPENAI_URL).path):
+        return False
     for allowed_var, allowed_url in key_destinations():
         a_scheme, a_host, a_port, a_path = _endpoint(allowed_url)
         if (allowed_var == variable and (scheme, host) == (a_scheme, a_host) and a_port in (port, ANY_PORT)
