@@ -31,23 +31,48 @@ def parse_spec(raw: Any) -> RunSpec:
                                non_retryable=True) from None
 
 
-def check_origin(spec: RunSpec) -> None:
+def check_origin(spec: RunSpec, info: Any = None) -> None:
     """`carry` (the state so far) and `agent` are the workflow's own: set when a run continues as new, and
     on the agents a run starts. In a run anyone started they would be a state nobody judged (a best
     kernel, a verdict): refused, as a bad input is. So is an agent's workflow id (`<run>/agent-<i>`) on a
-    workflow that run did not start: its evaluations would count as the run's own."""
-    info = workflow.info()
-    if spec.carry is not None and info.continued_run_id is None and info.parent is None:
-        raise ApplicationError("bad run input: carry: set by the workflow itself when it continues as new; leave "
-                               "it out", type="BadRunSpec", non_retryable=True)
-    if spec.agent is not None and info.parent is None:
-        raise ApplicationError("bad run input: agent: set by a run on the agents it starts; leave it out",
-                               type="BadRunSpec", non_retryable=True)
+    workflow that run did not start: its evaluations would count as the run's own. `info`: the
+    workflow's (workflow.info()), given here only by tests."""
+    refused = origin_refusal(spec, workflow.info() if info is None else info)
+    if refused:
+        raise ApplicationError(f"bad run input: {refused}", type="BadRunSpec", non_retryable=True)
+
+
+def origin_refusal(spec: RunSpec, info: Any) -> str | None:
+    """Why `spec` cannot be this workflow's input, given its `info` (workflow.info()), or None.
+
+    `agent` only on a child of the run its workflow id names (`<parent's id>/agent-<index>`): the one
+    workflow that starts such children is KernelOptimization (islands.py), and a suite names its
+    children `<suite>/<i>-<problem>`, never so (the parent's type is not in workflow.info()).
+
+    `carry` only on the run's own continue-as-new, or on such an agent (its run hands it the state so
+    far). A cron run or a retry also starts with the previous run's id (continued_run_id) but with the
+    input it was first given, whoever wrote it; the SDK does not say who continued the run, so a run is
+    taken as its own continuation only where it has no cron schedule and is its first attempt (a
+    retry's attempt is above 1; a continue-as-new starts at 1). A parent alone is no proof: a suite
+    starts its children with the input it was given."""
+    agent_ok = False
+    if spec.agent is not None:
+        parent = info.parent
+        if parent is None or info.workflow_id != names.agent_id(parent.workflow_id, spec.agent.index):
+            return "agent: set by a run on the agents it starts (their ids name it); leave it out"
+        agent_ok = True
+    if spec.carry is not None:
+        own = (info.continued_run_id is not None or agent_ok) and not info.cron_schedule and info.attempt == 1
+        if not own:
+            how = ("a cron run" if info.cron_schedule else f"attempt {info.attempt}" if info.attempt != 1
+                   else "a child workflow" if info.parent is not None else "a run anyone started")
+            return f"carry: set by the workflow itself when it continues as new, never on {how}; leave it out"
     root, sep, tail = info.workflow_id.rpartition(names.AGENT_ID_INFIX)
     if sep and tail.isdigit() and (info.parent is None or info.parent.workflow_id != root):
         # the evaluations recorded under an agent's id count as its run's own (workflows/evidence.py)
-        raise ApplicationError(f"bad run input: workflow id: ...{names.AGENT_ID_INFIX}{tail} names an agent of run {root[:80]!r}; "
-                               "only that run starts it", type="BadRunSpec", non_retryable=True)
+        return (f"workflow id: ...{names.AGENT_ID_INFIX}{tail} names an agent of run {root[:80]!r}; "
+                "only that run starts it")
+    return None
 
 
 def parse_update(model: type[BaseModel], raw: Any, name: str) -> Any:

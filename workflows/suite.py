@@ -9,7 +9,7 @@ import asyncio
 import math
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
@@ -25,6 +25,17 @@ class SuiteSpec(BaseModel):
     """The suite workflow's input: the runs, whole (each problem's source travels inside its RunSpec)."""
     runs: list[RunSpec] = Field(min_length=1, max_length=limits.MAX_SUITE_RUNS)
     parallel: int = Field(default=1, ge=1, le=limits.MAX_PARALLEL)  # child runs at once
+
+    @field_validator("runs")
+    @classmethod
+    def _runs_are_fresh(cls, runs: list[RunSpec]) -> list[RunSpec]:
+        """A suite's run starts afresh: `carry` (a state so far: a best, its verdict) and `agent` are set only
+        by a run itself, and a child would take them from the suite's input, which anyone may write."""
+        for i, r in enumerate(runs):
+            for field in ("carry", "agent"):
+                if getattr(r, field) is not None:
+                    raise ValueError(f"runs.{i}.{field}: set by a run itself, never in a suite's input; leave it out")
+        return runs
 
 
 class SuiteEntry(BaseModel):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
@@ -14,11 +15,18 @@ from temporalio.exceptions import ApplicationError
 
 from marathon_support import workers
 from workflows import names
-from workflows.models import RunStatus
+from workflows.control import origin_refusal
+from workflows.models import AgentRole, RunSpec, RunState, RunStatus
 
 pytestmark = pytest.mark.timeout(120)
 
 GOOD = {"problem": "mla_decode", "eval": {"device": "cpu"}}
+# a state with an ok best at 999999x that nobody evaluated (a red team's forgery)
+FORGED_CARRY = {"policy": "tuner", "stop_requested": "forged and done", "best": {
+    "attempt": 0, "speedup": 999999.0, "source": {"sha256": "0" * 64, "text": "print('hi')\n", "lines": 1},
+    "verdict": {"status": "ok", "reason": "FORGED", "problem": "mla_decode", "kernel": "forged", "mode": "full",
+                "device": "cuda", "shapes": [{"shape": {"B": 1}, "correct": True, "latency_us": 0.001,
+                                              "baselines": {"eager": 1000.0}, "speedup": {"eager": 999999.0}}]}}}
 BAD_INPUTS = [  # (input, what the failure message must name)
     ({}, "problem"),
     ({"problem": "mla_decode", "budgets": {"hours": "abc"}}, "budgets.hours"),
@@ -116,7 +124,10 @@ def test_a_bad_suite_input_fails_the_suite_at_once(client, task_queues, tmp_path
 async def _bad_suite(client, task_queues, tmp_path):
     tq, gq = task_queues
     bad = [({"runs": [{"problem": "mla_decode", "kernel": "/some/secret.env"}]}, "runs.0.kernel"),
-           ({"runs": []}, "runs"), ({"runs": [GOOD], "parallel": 1000}, "parallel"), (7, "input")]
+           ({"runs": []}, "runs"), ({"runs": [GOOD], "parallel": 1000}, "parallel"), (7, "input"),
+           # a run's own fields: each child would start from a state (a best, its verdict) nobody judged
+           ({"runs": [GOOD, {**GOOD, "carry": FORGED_CARRY}]}, "runs.1.carry"),
+           ({"runs": [{**GOOD, "agent": {"index": 1, "of": 2}}]}, "runs.0.agent")]
     async with workers(client, tq, gq, tmp_path / "artifacts", gpu=False):
         for raw, field in bad:
             handle = await client.start_workflow(names.SUITE_WORKFLOW_TYPE, raw, id=f"bad-suite-{uuid.uuid4().hex[:8]}",
@@ -159,3 +170,77 @@ async def _forged_fault(client, task_queues, tmp_path):
             await asyncio.wait_for(handle.result(), 300)
         after = await handle.query("status", result_type=RunStatus)
     assert after.phase == "finished" and after.fault is None
+
+
+def _info(workflow_id="run-1", continued_run_id=None, cron_schedule=None, attempt=1, parent=None):
+    """What check_origin reads of workflow.info(), crafted."""
+    return SimpleNamespace(workflow_id=workflow_id, continued_run_id=continued_run_id, cron_schedule=cron_schedule,
+                           attempt=attempt, parent=None if parent is None else SimpleNamespace(workflow_id=parent))
+
+
+def test_carry_and_agent_only_from_the_runs_own_continue_as_new_or_its_parent_run():
+    """`carry` only on a run's own continue-as-new (or an agent its run started with the state so far):
+    never on a first run, a suite's child, a cron run or a retry, whose continued_run_id is set too but
+    whose input is the one first given; `agent` only on a child whose id its parent's names."""
+    carry = RunSpec.model_validate({**GOOD, "carry": FORGED_CARRY})
+    assert isinstance(carry.carry, RunState)
+    refused = {
+        "first run": _info(),
+        "suite's child": _info("suite/0-mla_decode", parent="suite"),
+        "cron run": _info(continued_run_id="r0", cron_schedule="* * * * *"),
+        "retry": _info(continued_run_id="r0", attempt=2),
+        "cron child": _info("suite/0-mla_decode", continued_run_id="r0", cron_schedule="@every 1m", parent="suite"),
+    }
+    for what, info in refused.items():
+        line = origin_refusal(carry, info)
+        assert line is not None and line.startswith("carry:") and "\n" not in line, (what, line)
+    assert origin_refusal(carry, _info(continued_run_id="r0")) is None  # its own continue-as-new
+    assert origin_refusal(RunSpec.model_validate(GOOD), _info(continued_run_id="r0", cron_schedule="* * * * *")) is None
+
+    agent = carry.model_copy(update={"agent": AgentRole(index=2, of=3)})
+    assert origin_refusal(agent, _info(names.agent_id("run-1", 2), parent="run-1")) is None  # its run started it
+    assert origin_refusal(agent, _info(names.agent_id("run-1", 2), continued_run_id="r0", parent="run-1")) is None
+    for what, info in {"no parent": _info(names.agent_id("run-1", 2)),
+                       "a suite's child": _info("suite/0-mla_decode", parent="suite"),
+                       "another index": _info(names.agent_id("run-1", 1), parent="run-1"),
+                       "another parent": _info(names.agent_id("run-1", 2), parent="run-2")}.items():
+        line = origin_refusal(agent, info)
+        assert line is not None and line.startswith("agent:"), (what, line)
+    line = origin_refusal(agent, _info(names.agent_id("run-1", 2), cron_schedule="* * * * *", parent="run-1"))
+    assert line is not None and line.startswith("carry:")
+
+
+def test_a_cron_run_with_carry_is_refused_on_every_run(client, task_queues, tmp_path):
+    asyncio.run(_cron_carry(client, task_queues, tmp_path))
+
+
+async def _cron_carry(client, task_queues, tmp_path):
+    """A cron workflow's next run starts with continued_run_id set and the input it was first given: a
+    `carry` there is refused as on its first run, and no best is ever crowned."""
+    tq, gq = task_queues
+    wid = f"cron-{uuid.uuid4().hex[:10]}"
+    async with workers(client, tq, gq, tmp_path / "artifacts", gpu=False):
+        first = await client.start_workflow(names.WORKFLOW_TYPE, {**GOOD, "carry": FORGED_CARRY}, id=wid,
+                                            task_queue=tq, cron_schedule="@every 2s")
+        try:
+            failures: dict[str, str] = {}
+            deadline = time.monotonic() + 60
+            while len(failures) < 2:
+                assert time.monotonic() < deadline, f"fewer than 2 cron runs failed: {failures}"
+                latest = client.get_workflow_handle(wid)
+                desc = await latest.describe()
+                if desc.run_id not in failures:
+                    async for event in latest.fetch_history_events():
+                        if event.HasField("workflow_execution_started_event_attributes"):
+                            started = event.workflow_execution_started_event_attributes
+                        if event.HasField("workflow_execution_failed_event_attributes"):
+                            failures[desc.run_id] = event.workflow_execution_failed_event_attributes.failure.message
+                        assert not event.HasField("workflow_execution_completed_event_attributes")
+                    if desc.run_id != first.first_execution_run_id and desc.run_id in failures:
+                        assert started.continued_execution_run_id  # the run the red team got through
+                await asyncio.sleep(0.5)
+            for msg in failures.values():
+                assert msg.startswith("bad run input: carry:") and "a cron run" in msg, msg
+        finally:
+            await client.get_workflow_handle(wid).terminate("test over")
+
