@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
 from workflows import limits, names
 from workflows.models import RunReport, RunSpec, describe_invalid
+from workflows.raw_input import decode_input
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 SUITE_PROBLEMS = "problems"  # the memo key of a suite: how many problems it runs (for `marathon runs`)
@@ -103,12 +104,14 @@ class KernelSuite:
     def __init__(self) -> None:
         self.done: list[SuiteEntry] = []
 
-    # the input arrives as plain JSON and is validated here (as KernelOptimization's is): a bad one fails
-    # the suite at once, naming the field, rather than its workflow task for ever
+    # the input arrives undecoded and is decoded and validated here (as KernelOptimization's is): a bad
+    # one (or one the data converter cannot read) fails the suite at once, naming the field, rather than
+    # its workflow task for ever
     @workflow.run
-    async def run(self, raw: Any) -> SuiteReport:
+    async def run(self, raw: RawValue = None) -> SuiteReport:  # type: ignore[assignment]
+        value = decode_input(raw, "BadSuiteSpec", "suite input")
         try:
-            spec = SuiteSpec.model_validate(raw)
+            spec = SuiteSpec.model_validate(value)
         except ValidationError as err:
             raise ApplicationError(f"bad suite input: {describe_invalid(err)}", type="BadSuiteSpec",
                                    non_retryable=True) from None

@@ -7,15 +7,18 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import pytest
+from temporalio.api.common.v1 import Payload
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from marathon_support import workers
 from workflows import names
-from workflows.control import origin_refusal
+from workflows.control import FAULT_LINES, origin_refusal
 from workflows.models import AgentRole, RunSpec, RunState, RunStatus
 
 pytestmark = pytest.mark.timeout(120)
@@ -43,6 +46,9 @@ BAD_INPUTS = [  # (input, what the failure message must name)
     ({"problem": "mla_decode", "budgets": {"max_tool_calls": 10**9}}, "budgets.max_tool_calls"),
     ({"problem": "mla_decode", "model": {"request_timeout_s": 1e300}}, "model.request_timeout_s"),
     ({"problem": "mla_decode", "eval": {"shape_list": [{"B": 2**40}]}}, "eval.shape_list.0.B"),
+    # hints are carried across continue-as-new in several copies: bounded in number and in size
+    ({"problem": "mla_decode", "hints": ["x"] * 101}, "hints"),
+    ({"problem": "mla_decode", "hints": ["h" * 8000] * 5}, "hints"),
     # a path where a name belongs: the worker reads no file a workflow input names
     ({"problem": "mla_decode", "kernel": "/some/secret.env"}, "kernel"),
     ({"problem": "mla_decode", "kernel": "../../secret.env"}, "kernel"),
@@ -111,6 +117,14 @@ async def _bad_updates(client, task_queues, tmp_path):
         after = await handle.query("status", result_type=RunStatus)
         assert after.phase in ("starting", "running") and after.stop_reason is None
         assert (after.hours_budget, after.tool_calls_budget) == (before.hours_budget, before.tool_calls_budget)
+        # hints: bounded in size each, and in number and size all together (input and updates)
+        for i in range(3):
+            await handle.execute_update("hint", f"{i}" + "h" * 7998)
+        with pytest.raises(WorkflowUpdateFailedError) as info:
+            await handle.execute_update("hint", "h" * 7999)
+        msg = str(info.value.cause)
+        assert "hint" in msg and "at most 32000" in msg and "\n" not in msg, msg
+        await handle.execute_update("hint", "a short one still fits")
         ext = await handle.execute_update("extend", {"hours": 1, "tool_calls": 10}, result_type=RunStatus)
         assert ext.tool_calls_budget == before.tool_calls_budget + 10 and ext.hours_budget == before.hours_budget + 1
         assert (await handle.describe()).status.name == "RUNNING"
@@ -149,14 +163,17 @@ async def _forged_fault(client, task_queues, tmp_path):
     the run ends."""
     tq, gq = task_queues
     spec = {**GOOD, "budgets": {"max_tool_calls": 1}, "gpu_task_queue": gq}
-    forged = {"activity": names.AGENT_TURN, "attempt": 3, "message": "forged: the model is down",
-              "since": "2024-01-01T00:00:00Z"}
+    forged = {"activity": names.PROFILE_KERNEL, "attempt": 3, "message": "forged: the GPU is down",
+              "since": datetime.now(timezone.utc).isoformat()}
     async with workers(client, tq, gq, tmp_path / "artifacts", gpu=False):
         # no evaluation worker yet: the run waits on its first profile, RUNNING
         handle = await client.start_workflow(names.WORKFLOW_TYPE, spec, id=f"fault-{uuid.uuid4().hex[:10]}",
                                              task_queue=tq)
         for raw in ({**forged, "activity": "rm -rf /"}, {**forged, "attempt": 10**12}, {**forged, "message": "x" * 5000},
-                    {"activity": names.AGENT_TURN}, "junk", [1, 2]):
+                    {"activity": names.AGENT_TURN}, "junk", [1, 2],
+                    # an activity a tuner run does not use; a `since` outside the run's lifetime
+                    {**forged, "activity": names.AGENT_TURN}, {**forged, "since": "0001-01-01T00:00:00Z"},
+                    {**forged, "since": "9999-12-31T23:59:59Z"}, {**forged, "since": "2024-01-01T00:00:00"}):
             await handle.signal(names.FAULT_SIGNAL, raw)
         await asyncio.sleep(2.0)
         assert (await handle.query("status", result_type=RunStatus)).fault is None
@@ -166,6 +183,15 @@ async def _forged_fault(client, task_queues, tmp_path):
             assert time.monotonic() < deadline, "the well-formed fault never showed"
             await asyncio.sleep(0.5)
         assert status.fault.message == forged["message"]
+        # each distinct `since` is a new streak; the notebook lines they add are bounded
+        for i in range(30):
+            await handle.signal(names.FAULT_SIGNAL, {**forged, "message": f"forged {i}",
+                                                     "since": datetime.now(timezone.utc).isoformat()})
+        deadline = time.monotonic() + 60
+        while (status := await handle.query("status", result_type=RunStatus)).fault.message != "forged 29":
+            assert time.monotonic() < deadline, "the last fault never showed"
+            await asyncio.sleep(0.5)
+        assert sum("failing: forged" in line for line in status.notebook) <= FAULT_LINES
         async with workers(client, tq, gq, tmp_path / "artifacts", control=False):
             await asyncio.wait_for(handle.result(), 300)
         after = await handle.query("status", result_type=RunStatus)
@@ -244,3 +270,35 @@ async def _cron_carry(client, task_queues, tmp_path):
         finally:
             await client.get_workflow_handle(wid).terminate("test over")
 
+
+
+def _raw(data: bytes, encoding: bytes = b"json/plain") -> RawValue:
+    return RawValue(Payload(metadata={"encoding": encoding}, data=data))
+
+
+def test_an_input_the_converter_cannot_read_fails_the_workflow_at_once(client, task_queues, tmp_path):
+    asyncio.run(_undecodable(client, task_queues, tmp_path))
+
+
+async def _undecodable(client, task_queues, tmp_path):
+    """JSON nested 1000 deep (past the JSON parser's limit), broken JSON, a payload of bytes: the data
+    converter failed on them before the input was validated, the workflow task failed for ever and the
+    run showed Running. Each fails the run, or the suite, at once, non-retryable, naming the input."""
+    tq, gq = task_queues
+    deep = b'{"problem": "mla_decode", "hints": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+    bad = [(_raw(deep), "cannot be decoded"), (_raw(b'{"problem": '), "cannot be decoded"),
+           (_raw(b"mla_decode", b"binary/plain"), "input")]
+    async with workers(client, tq, gq, tmp_path / "artifacts", gpu=False):
+        started = []
+        for workflow_type, error in ((names.WORKFLOW_TYPE, "BadRunSpec"), (names.SUITE_WORKFLOW_TYPE, "BadSuiteSpec")):
+            for raw, says in bad:
+                handle = await client.start_workflow(workflow_type, raw, id=f"raw-{uuid.uuid4().hex[:10]}", task_queue=tq)
+                started.append((handle, error, says))
+        t0 = time.monotonic()
+        for handle, error, says in started:
+            with pytest.raises(WorkflowFailureError) as info:
+                await asyncio.wait_for(handle.result(), 30)
+            cause = info.value.cause
+            assert isinstance(cause, ApplicationError) and cause.non_retryable and cause.type == error, cause
+            assert "input" in cause.message and says in cause.message and "\n" not in cause.message, cause.message
+        assert time.monotonic() - t0 < 30
