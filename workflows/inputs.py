@@ -3,6 +3,7 @@ and the one-line description of a validation error. Every number is bounded (wor
 nothing here names a file on the worker."""
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any, Literal
 
@@ -114,3 +115,19 @@ class Extension(_Input):
     hours: float = Field(default=0.0, ge=0, le=L.MAX_HOURS)
     tool_calls: int = Field(default=0, ge=0, le=L.MAX_TOOL_CALLS)
     target_speedup: float | None = Field(default=None, gt=0, le=L.MAX_SPEEDUP)
+
+
+def hints_bytes(hints: list[str]) -> int:
+    """The hints' size as JSON, ASCII-escaped: no smaller than any JSON encoding of them."""
+    return sum(len(json.dumps(h)) for h in hints)
+
+
+def hint_refusal(hints: list[str], more: list[str]) -> str | None:
+    """Why `more` hints cannot join a run's `hints` (one line), or None: the count and the size of all of
+    them together are bounded (limits.MAX_HINTS, MAX_HINTS_BYTES)."""
+    n, size = len(hints) + len(more), hints_bytes(hints) + hints_bytes(more)
+    if n > L.MAX_HINTS:
+        return f"{n} hints in all, at most {L.MAX_HINTS}"
+    if size > L.MAX_HINTS_BYTES:
+        return f"the hints would take {size} bytes as JSON in all, at most {L.MAX_HINTS_BYTES}"
+    return None

@@ -14,6 +14,7 @@ from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from workflows import names
+    from workflows.inputs import hint_refusal
     from workflows.models import (AgentLine, AgentNews, AgentRole, Attempt, EvalDigest, Extension, RunBest,
                                   RunReport, RunState, SourceRef)
     from workflows.yardstick import beats, geomean_latency
@@ -203,8 +204,12 @@ class Islands:
         elif news.kind == "stop":
             st.stop_requested = st.stop_requested or news.line or "the run was asked to stop"
         elif news.kind == "hint":
-            st.hints.append(news.line)
-            st.pending_hints.append(news.line)
+            refused = hint_refusal(st.hints, [news.line])
+            if refused:  # the run's own hints are within the bound: this is no hint of the run's
+                workflow.logger.warning(f"dropped a hint in {names.AGENT_NEWS_SIGNAL}: {refused}")
+            else:
+                st.hints.append(news.line)
+                st.pending_hints.append(news.line)
         elif news.kind in ("pause", "resume"):
             run.set_paused(news.kind == "pause")
         elif news.kind == "extend" and news.extension is not None:

@@ -20,9 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import names
+    from workflows import limits, names
     from workflows.models import (AgentNews, Attempt, BestReport, Extension, RunReport, RunState, RunStatus,
                                   ToolCallRecord)
 
@@ -57,10 +58,12 @@ def _prune(st: RunState, max_bytes: int) -> str | None:
 
 @workflow.defn(name=names.WORKFLOW_TYPE)
 class KernelOptimization:
-    # The input and the update payloads arrive as plain JSON (`Any`) and are validated by the workflow
-    # itself (workflows/control.py). A RunSpec passed by a client serializes to the same JSON.
+    # The input arrives undecoded (a RawValue) and the update payloads as plain JSON (`Any`): the workflow
+    # decodes and validates them itself (workflows/control.py), so an input the data converter cannot
+    # read fails the run at once rather than its workflow task for ever. A RunSpec passed by a client
+    # serializes to the same JSON.
     @workflow.init
-    def __init__(self, spec: Any = None) -> None:
+    def __init__(self, spec: RawValue = None) -> None:  # type: ignore[assignment]  # None: no input given
         spec = control.parse_spec(spec)
         control.check_origin(spec)
         state = spec.carry or RunState(policy=spec.resolved_policy(), budget_hours=spec.budgets.hours,
@@ -75,7 +78,7 @@ class KernelOptimization:
 
     # ------------------------------------------------------------------------------------ run
     @workflow.run
-    async def execute(self, spec: Any = None) -> RunReport:
+    async def execute(self, spec: RawValue = None) -> RunReport:  # type: ignore[assignment]
         run = self.run
         st = run.state
         if st.setup is None:
@@ -90,7 +93,8 @@ class KernelOptimization:
                 st.stop_reason = reason
                 break
             if self._continue_as_new_due():
-                await self._continue_as_new()
+                await self._continue_as_new()  # returns only where the carried state could not fit
+                continue
             await self.policy.step()
             st.turns += 1
             run.turns_this_segment += 1
@@ -112,6 +116,8 @@ class KernelOptimization:
                 or info.get_current_history_size() >= spec.max_history_bytes)
 
     async def _continue_as_new(self) -> None:
+        """Continue as new with the state so far; returns only where that state cannot be carried (past
+        limits.MAX_CARRY_BYTES even pruned), the run's stop_reason saying so."""
         run = self.run
         st = run.state
         run.step = "continuing as new"
@@ -125,8 +131,21 @@ class KernelOptimization:
             await run.notebook(pruned)
         await run.notebook(f"continue-as-new {st.segment}: segment of {info.get_current_history_length()} events, "
                            f"{size / 1e6:.2f} MB, after {run.turns_this_segment} turns; {st.tool_calls} tool calls so far")
+        carried = run.spec.model_copy(update={"carry": st})
+        size = len(carried.model_dump_json().encode())
+        if size > limits.MAX_CARRY_BYTES and workflow.patched(names.PATCH_CARRY_BOUND):
+            # a payload past Temporal's 2 MB would fail every later workflow task, the run Running for ever
+            pruned = _prune(st, max(1, limits.MAX_CARRY_BYTES - (size - len(st.model_dump_json().encode()))))
+            carried = run.spec.model_copy(update={"carry": st})
+            size = len(carried.model_dump_json().encode())
+            if size > limits.MAX_CARRY_BYTES:
+                st.stop_reason = (f"the state to carry across continue-as-new is {size / 1e6:.2f} MB, past the "
+                                  f"{limits.MAX_CARRY_BYTES / 1e6:.2f} MB a run may carry: the run ends here")
+                return
+            if pruned:
+                await run.notebook(pruned)
         run.upsert_search_attributes(force=True)
-        workflow.continue_as_new(run.spec.model_copy(update={"carry": st}), memo=run.memo())
+        workflow.continue_as_new(carried, memo=run.memo())
 
     # ------------------------------------------------------------------------------- signals
     @workflow.signal(name=names.FAULT_SIGNAL)
@@ -182,7 +201,7 @@ class KernelOptimization:
 
     @hint.validator
     def _validate_hint(self, text: Any) -> None:
-        control.validate_hint(text)
+        control.validate_hint(self.run, text)
 
     @workflow.update
     def extend(self, ext: Any) -> RunStatus:

@@ -21,11 +21,18 @@ MAX_TURNS = 1_000_000  # turns between compactions or hops, idle turns
 MAX_SOURCE_CHARS = 2_000_000  # a kernel's or a problem file's text (a Temporal payload is at most 2 MB)
 MAX_HISTORY_BYTES = 50_000_000  # Temporal's own hard limit on one history
 MAX_STATE_BYTES = 10_000_000
-MAX_HINTS = 1_000
+MAX_HINTS = 100  # hints a run keeps, its input's and the updates' together
 MAX_HINT_CHARS = 8_000  # a hint lives in the history and in every later prompt
+# all of a run's hints as JSON (its input's and the updates' together): they are carried across
+# continue-as-new in up to four copies (the input, the state, those not yet shown, the memory)
+MAX_HINTS_BYTES = 32_000
+# the input and state a run carries across continue-as-new, as JSON: a Temporal payload past 2 MB fails
+# every later workflow task (PAYLOADS_TOO_LARGE); past this the run ends instead
+MAX_CARRY_BYTES = 1_500_000
 MAX_STOP_REASON_CHARS = 500
 MAX_SHAPES = 256  # explicit shapes of one run
 MAX_DIMENSION = 2**31  # one dimension of a shape
 MAX_NAME_CHARS = 128  # a problem's, a kernel's, a task queue's name
 MAX_SUITE_RUNS = 1_000
 MAX_SIGNAL_BYTES = 1_000_000  # a signal's payload as JSON
+MAX_INPUT_BYTES = 2_000_000  # a workflow's input as JSON (Temporal refuses a payload past 2 MB anyway)

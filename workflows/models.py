@@ -24,7 +24,8 @@ from workflows.activity_io import (EVAL_MODES, AgentTurnInput, AgentTurnResult, 
                                    ListInput, NotebookEntry, NoteInput, PrepareInput, RecordedVerdict, ShowInput,
                                    ToolResult, VerdictLookup, WriteInput, verdict_scope)
 from workflows.inputs import (AgentRole, Budgets, EvalSettings, Extension, HeartbeatSeconds, ModelSettings, Name,
-                              Policy, Seconds, SourceText, _Input, check_name, describe_invalid)
+                              Policy, Seconds, SourceText, _Input, check_name, describe_invalid,
+                              hint_refusal)
 from workflows.outcome import BestReport, RunReport, RunStatus
 from workflows.records import (AgentLine, AgentNews, Attempt, EvalDigest, Fault, RunBest, RunSetup, SourceRef,
                                TokenUsage, ToolCallRecord, TunerState, TunerTrial)
@@ -92,6 +93,14 @@ class RunSpec(_Input):
     def _problem_is_a_name(cls, value: str) -> str:
         return check_name(value, "a shipped problem's name, or a problem file's text in problem_source "
                                  "(the CLI reads a file for you)")
+
+    @field_validator("hints")
+    @classmethod
+    def _hints_bounded(cls, value: list[str]) -> list[str]:
+        refused = hint_refusal([], value)
+        if refused:
+            raise ValueError(refused)
+        return value
 
     @field_validator("kernel")
     @classmethod

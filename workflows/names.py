@@ -44,6 +44,8 @@ PATCH_UNTIMED_RANKING = "untimed-ranking"  # on a CPU the best and the tuner ran
 # islands: a best another agent claims is looked up among the run's recorded verdicts before it is taken
 PATCH_VERIFIED_BESTS = "bests-verified-against-recorded-verdicts"
 PATCH_TOKEN_SCALE = "server-token-count"  # the context budget scaled by the server's count of the prompts
+# the state carried across continue-as-new bounded (limits.MAX_CARRY_BYTES): pruned harder, or the run ends
+PATCH_CARRY_BOUND = "carried-state-bounded"
 
 # the signal an activity sends its workflow when an attempt failed and Temporal will retry it
 FAULT_SIGNAL = "activity_fault"

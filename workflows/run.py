@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
 
 LEDGER_SUMMARY_CHARS = 160
 NOTEBOOK_LINES = 40
+NOTEBOOK_LINE_CHARS = 2000
 SEARCH_ATTRIBUTE_EVERY = 10  # tool calls between search-attribute upserts (a new best upserts at once)
 
 
@@ -34,6 +35,7 @@ class Run:
         self.step = "starting"  # what it is doing now, in words
         self.fault: Fault | None = None  # an activity failing now, retried by Temporal (FAULT_SIGNAL)
         self.turns_this_segment = 0
+        self.fault_lines = 0  # notebook lines fault signals added in this run segment (control.FAULT_LINES)
         self._search_attributes_at = -1
 
     # ---------------------------------------------------------------------- time and budgets
@@ -130,6 +132,8 @@ class Run:
         """A line of the lab notebook: in the state (status, Web UI) and, through a local activity whose
         summary is the line, in the notebook file and the Web UI's timeline."""
         st = self.state
+        if len(line) > NOTEBOOK_LINE_CHARS:  # the notebook is carried across continue-as-new: bounded
+            line = line[:NOTEBOOK_LINE_CHARS - 1] + "…"
         st.notebook = (st.notebook + [line])[-NOTEBOOK_LINES:]
         self.details()
         try:

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
 from workflows import limits, names
 from workflows.models import RunReport, RunSpec, describe_invalid
+from workflows.raw_input import decode_input
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 SUITE_PROBLEMS = "problems"  # the memo key of a suite: how many problems it runs (for `marathon runs`)
@@ -25,6 +26,17 @@ class SuiteSpec(BaseModel):
     """The suite workflow's input: the runs, whole (each problem's source travels inside its RunSpec)."""
     runs: list[RunSpec] = Field(min_length=1, max_length=limits.MAX_SUITE_RUNS)
     parallel: int = Field(default=1, ge=1, le=limits.MAX_PARALLEL)  # child runs at once
+
+    @field_validator("runs")
+    @classmethod
+    def _runs_are_fresh(cls, runs: list[RunSpec]) -> list[RunSpec]:
+        """A suite's run starts afresh: `carry` (a state so far: a best, its verdict) and `agent` are set only
+        by a run itself, and a child would take them from the suite's input, which anyone may write."""
+        for i, r in enumerate(runs):
+            for field in ("carry", "agent"):
+                if getattr(r, field) is not None:
+                    raise ValueError(f"runs.{i}.{field}: set by a run itself, never in a suite's input; leave it out")
+        return runs
 
 
 class SuiteEntry(BaseModel):
@@ -92,12 +104,14 @@ class KernelSuite:
     def __init__(self) -> None:
         self.done: list[SuiteEntry] = []
 
-    # the input arrives as plain JSON and is validated here (as KernelOptimization's is): a bad one fails
-    # the suite at once, naming the field, rather than its workflow task for ever
+    # the input arrives undecoded and is decoded and validated here (as KernelOptimization's is): a bad
+    # one (or one the data converter cannot read) fails the suite at once, naming the field, rather than
+    # its workflow task for ever
     @workflow.run
-    async def run(self, raw: Any) -> SuiteReport:
+    async def run(self, raw: RawValue = None) -> SuiteReport:  # type: ignore[assignment]
+        value = decode_input(raw, "BadSuiteSpec", "suite input")
         try:
-            spec = SuiteSpec.model_validate(raw)
+            spec = SuiteSpec.model_validate(value)
         except ValidationError as err:
             raise ApplicationError(f"bad suite input: {describe_invalid(err)}", type="BadSuiteSpec",
                                    non_retryable=True) from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from workflows import names
 from workflows.kernel_optimization import KernelOptimization
 
 HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*_segment*.json"))
@@ -30,7 +32,13 @@ def test_histories_are_recorded():
 def test_replay(path):
     raw = json.loads(path.read_text())
     # the id it was recorded under (record_histories.py): a run's commands name it, e.g. its agents' child workflow ids
-    history = WorkflowHistory.from_json("replay-" + path.stem.rsplit("_segment", 1)[0].replace("_", "-"), raw)
+    workflow_id = "replay-" + path.stem.rsplit("_segment", 1)[0].replace("_", "-")
+    started = raw["events"][0]["workflowExecutionStartedEventAttributes"]
+    parent = started.get("parentWorkflowExecution")
+    if parent is not None:  # an agent: its id names its run's (check_origin holds it to that)
+        index = int(re.search(r"_agent(\d+)_segment", path.name).group(1))
+        workflow_id = names.agent_id(parent["workflowId"], index)
+    history = WorkflowHistory.from_json(workflow_id, raw)
     types = {e.get("eventType") for e in raw["events"]}
     assert "EVENT_TYPE_ACTIVITY_TASK_COMPLETED" in types
     replayer = Replayer(workflows=[KernelOptimization], data_converter=pydantic_data_converter)
