@@ -249,22 +249,27 @@ async def _cron_carry(client, task_queues, tmp_path):
         first = await client.start_workflow(names.WORKFLOW_TYPE, {**GOOD, "carry": FORGED_CARRY}, id=wid,
                                             task_queue=tq, cron_schedule="@every 2s")
         try:
+            # each run's own history, followed from the first run to the next through its failure (the
+            # latest run is mostly the next one, waiting for its tick: polling it misses the failures)
             failures: dict[str, str] = {}
-            deadline = time.monotonic() + 60
+            run_id = first.first_execution_run_id
+            deadline = time.monotonic() + 120
             while len(failures) < 2:
                 assert time.monotonic() < deadline, f"fewer than 2 cron runs failed: {failures}"
-                latest = client.get_workflow_handle(wid)
-                desc = await latest.describe()
-                if desc.run_id not in failures:
-                    async for event in latest.fetch_history_events():
-                        if event.HasField("workflow_execution_started_event_attributes"):
-                            started = event.workflow_execution_started_event_attributes
-                        if event.HasField("workflow_execution_failed_event_attributes"):
-                            failures[desc.run_id] = event.workflow_execution_failed_event_attributes.failure.message
-                        assert not event.HasField("workflow_execution_completed_event_attributes")
-                    if desc.run_id != first.first_execution_run_id and desc.run_id in failures:
-                        assert started.continued_execution_run_id  # the run the red team got through
-                await asyncio.sleep(0.5)
+                started = failed = None
+                async for event in client.get_workflow_handle(wid, run_id=run_id).fetch_history_events():
+                    if event.HasField("workflow_execution_started_event_attributes"):
+                        started = event.workflow_execution_started_event_attributes
+                    if event.HasField("workflow_execution_failed_event_attributes"):
+                        failed = event.workflow_execution_failed_event_attributes
+                    assert not event.HasField("workflow_execution_completed_event_attributes")
+                if failed is None:
+                    await asyncio.sleep(0.5)
+                    continue
+                failures[run_id] = failed.failure.message
+                if len(failures) > 1:
+                    assert started.continued_execution_run_id  # the run the red team got through
+                run_id = failed.new_execution_run_id
             for msg in failures.values():
                 assert msg.startswith("bad run input: carry:") and "a cron run" in msg, msg
         finally:
