@@ -254,8 +254,9 @@ DIGEST_MODULUS = 2**31 - 1  # prime; index * a + b stays exact in int64 for up t
 DIGEST_ELEMENTS = 65536  # elements of a batch's outputs its digest covers, at positions drawn per batch
 
 
-def digest_weights(n: int, a: int, b: int, device) -> torch.Tensor:
-    """n weights in [-0.5, 0.5), the same on any device (integer arithmetic, then one exact division)."""
+def digest_weights(n: int, a: "int | torch.Tensor", b: "int | torch.Tensor", device) -> torch.Tensor:
+    """n weights in [-0.5, 0.5), the same on any device (integer arithmetic, then one exact division); a and b
+    may be int64 tensors (b of shape (k, 1): k rows of weights)."""
     idx = torch.arange(n, dtype=torch.int64, device=device)
     return ((idx * (a % DIGEST_MODULUS) + b) % DIGEST_MODULUS).double() / DIGEST_MODULUS - 0.5
 
@@ -294,10 +295,8 @@ def perturb_sets(sets: list[dict], a: torch.Tensor, b: torch.Tensor) -> None:
     x0 = sets[0][name]
     n, device = x0.numel(), x0.device
     period = min(n, PERTURB_PERIOD)
-    idx = torch.arange(period, dtype=torch.int64, device=device)
     k = torch.arange(len(sets), dtype=torch.int64, device=device).unsqueeze(1)
-    weights = ((idx * a + (b + k)) % DIGEST_MODULUS).double() / DIGEST_MODULUS - 0.5
-    factors = (0.9 + 0.2 * weights).to(x0.dtype)  # one row per set
+    factors = (0.9 + 0.2 * digest_weights(period, a, b + k, device)).to(x0.dtype)  # one row per set
     whole = n // period * period
     for row, inputs in zip(factors, sets):
         x = inputs[name]
