@@ -152,9 +152,10 @@ def cmd_schedule(args: argparse.Namespace) -> int:
             return 2
     try:
         return asyncio.run(_schedule_async(args, spec))
-    except RuntimeError as exc:  # the server is unreachable, or refused the schedule
-        print(f"marathon schedule: {exc}", file=sys.stderr)
-        return 3
+    except RuntimeError as exc:  # the server is unreachable, or refused the schedule: the address is the input
+        from cli.server import refusal
+        print(f"marathon schedule: {refusal(exc, args.address) or exc}", file=sys.stderr)
+        return 2
 
 
 def add_parser(sub) -> None:

@@ -165,3 +165,17 @@ def test_a_refusal_at_the_boundary_is_one_line(capsys, monkeypatch):
     monkeypatch.setattr(marathon, "build_parser", raising(KeyError("a bug")))
     with pytest.raises(KeyError):
         marathon.main([])
+
+
+@pytest.mark.parametrize("argv", [a for a in ADDRESS_COMMANDS if a[0] != "run"], ids=lambda a: "-".join(a[:2]))
+def test_a_server_that_does_not_answer_is_one_line_and_exit_2(argv):
+    """Nothing listens at the address: every command that talks to the server says so in one line and
+    exits 2 (the address is the input at fault), never a traceback, never 0. (`follow` waits out a
+    server's restart for --server-wait seconds first, saying so on a line of its own.)"""
+    if argv[0] == "follow":
+        res = marathon(*argv, "--server-wait", "1", "--address", "127.0.0.1:1")
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res
+        assert "waiting up to 1 s" in lines[0] and "did not answer for 1 s" in lines[-1] and len(lines) == 2, lines
+        return
+    one_line_exit_2(marathon(*argv, "--address", "127.0.0.1:1"), "cannot reach", "127.0.0.1:1")
