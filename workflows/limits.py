@@ -29,6 +29,7 @@ MAX_HINTS_BYTES = 32_000
 # the input and state a run carries across continue-as-new, as JSON: a Temporal payload past 2 MB fails
 # every later workflow task (PAYLOADS_TOO_LARGE); past this the run ends instead
 MAX_CARRY_BYTES = 1_500_000
+MAX_REPORT_BYTES = 1_500_000  # a run's report (its result), for the same reason: RunReport.fitted
 MAX_STOP_REASON_CHARS = 500
 MAX_SHAPES = 256  # explicit shapes of one run
 MAX_DIMENSION = 2**31  # one dimension of a shape

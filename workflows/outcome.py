@@ -61,3 +61,28 @@ class RunReport(BaseModel):
     notes: list[str] = Field(default_factory=list)
     memory: Memory | None = None
     agents: list[AgentLine] = Field(default_factory=list)  # islands: one line per agent
+    ledger_dropped: int = 0  # the oldest attempts left out to keep the report under its bound (fitted)
+
+    def fitted(self, max_bytes: int) -> RunReport:
+        """This report within `max_bytes` of JSON: a workflow's result past Temporal's 2 MB payload limit
+        fails its completion on every try and leaves the run Running for ever. The oldest attempts go
+        first (the best's stays), then the notes but the last 20, then the memory; the artifact store and
+        the run's history keep all of them. Deterministic: a function of the report alone."""
+        rep = self
+        while len(rep.model_dump_json().encode()) > max_bytes:
+            best = rep.best.attempt if rep.best else None
+            ledger = [a for a in rep.ledger if a.n != best]
+            if ledger:
+                gone = {a.n for a in ledger[: max(1, len(ledger) // 2)]}
+                rep = rep.model_copy(update={"ledger": [a for a in rep.ledger if a.n not in gone],
+                                             "ledger_dropped": rep.ledger_dropped + len(gone)})
+            elif len(rep.notes) > 20:
+                rep = rep.model_copy(update={"notes": rep.notes[-20:]})
+            elif rep.memory is not None:
+                rep = rep.model_copy(update={"memory": None})
+            else:
+                break  # what is left is bounded by the run's own limits (a source, a verdict)
+        if rep.ledger_dropped > self.ledger_dropped:
+            rep.notes = [*rep.notes, f"the report leaves out the {rep.ledger_dropped} oldest attempts "
+                                     f"(over {max_bytes / 1e6:.1f} MB); the run's history keeps them"]
+        return rep

@@ -223,7 +223,7 @@ class Run:
                          hours=round(self.hours_used(), 4), tokens=st.tokens,
                          best=BestReport.of(st.best) if st.best is not None else None,
                          best_sweep=st.best_sweep, segment_history_bytes=st.segment_histories, ledger=st.attempts,
-                         notes=st.notes, memory=st.memory, agents=st.agents)
+                         notes=st.notes, memory=st.memory, agents=st.agents).fitted(limits.MAX_REPORT_BYTES)
 
     def memo(self) -> dict[str, Any]:
         st = self.state
