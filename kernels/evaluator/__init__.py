@@ -22,6 +22,9 @@ in four processes, each importing only what its row says (tests/kernels/evaluato
   they say to each other: `protocol.py` (the assignments, the requests, the replies and the record
   lines, typed and bounded, and their framing on the pipes). May import pydantic and the standard
   library only: the candidate's process imports it before any candidate code.
+  And `tensor_file.py`, the file format in which outputs and references cross from the sandboxes to the
+  judge (written there, read here, with no trust in what was written). May import torch and the
+  standard library only.
 - data, never imported by the processes above: `fence_probe/` (the self-test's problem and kernel, run
   as a candidate) and `hostile_drills/` (hostile files the fence drills run).
 

@@ -34,7 +34,7 @@ import triton.language as tl
 from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime.jit import JITCallable, JITFunction, KernelInterface
 
-from kernels.evaluator import confinement, policy, protocol, seal, timing
+from kernels.evaluator import confinement, policy, protocol, seal, tensor_file, timing
 from kernels.evaluator import fences as sandbox_fences
 from kernels.evaluator.protocol import (ArmedReply, BeginRecord, CalledReply, CallFacts, CandidateReadyReply, EndRecord,
                                         ErrorReply, FencedReply, FiredReply, ForgotReply, LaunchRecord, OpRecord,
@@ -749,7 +749,7 @@ class CandidateServer:
         if problem is None:
             # (the last four outputs, or as many as fit KEPT_BYTES, at least the last)
             self.keep = (self.keep + [out])[-max(1, min(4, KEPT_BYTES // max(out_bytes, 1))):]
-            torch.save(_own_bytes(out), cmd.output)
+            tensor_file.write(out, cmd.output)
         return facts
 
     def time(self, cmd: protocol.TimeRequest) -> TimedReply:
@@ -927,7 +927,7 @@ class CandidateServer:
             out = self.timed.pop(i, None)
             if out is not None:
                 path = os.path.join(cmd.dir, f"timed_{i}.pt")
-                torch.save(_own_bytes(out), path)
+                tensor_file.write(out, path)
                 saved[str(i)] = path
             del out
         if cmd.clear:
@@ -972,15 +972,6 @@ def _is_compile_error(exc: BaseException) -> bool:
     names = {cls.__name__ for cls in type(exc).__mro__}
     return bool(names & {"CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct",
                          "OutOfResources", "PTXASError"})
-
-
-def _own_bytes(out: torch.Tensor) -> torch.Tensor:
-    """An output as saved for the judge: on the CPU, with a storage of its own bytes only (the judge
-    refuses a view of a bigger storage; an honest kernel may return one)."""
-    out = out.detach().to("cpu")
-    if out.untyped_storage().nbytes() != out.numel() * out.element_size():
-        out = out.clone(memory_format=torch.contiguous_format)
-    return out
 
 
 def _output_problem(out, inputs, shape, dtype, device) -> str | None:

@@ -17,13 +17,11 @@ import secrets
 import select
 import shutil
 import signal
-import stat
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +30,7 @@ from typing import TypeVar
 import torch
 import triton
 
-from kernels.evaluator import confinement, gpu_quiet, isolation, protocol, timing
+from kernels.evaluator import confinement, gpu_quiet, isolation, protocol, tensor_file, timing
 from kernels.evaluator.protocol import (ArmedReply, ArmRequest, BaselineNamesReply, BaselineNamesRequest, BaselinesReply,
                                         BaselinesRequest, CalledReply, CallRequest, CandidateReadyReply, ErrorReply,
                                         FactsReply, FactsRequest, FencedReply, FiredReply, FireRequest, ForgetRequest,
@@ -60,7 +58,9 @@ FLOOR_MARGIN = 0.9  # a median under 90% of the roofline floor is physically imp
 # 1e-3 limit on 14 of 400 seeds), and dropping it for that made evaluations flaky.
 BASELINE_TOLERANCE_FACTOR = 4.0
 LOG_TAIL_CHARS = 4000
-OUTPUT_FRAMING = 2**20  # bytes torch.save adds to a tensor's (its archive's headers), generously
+# bytes an output's file may hold beyond its tensor's: the header line (tensor_file.MAX_HEADER) and
+# the file system's rounding of the blocks it is charged for, generously
+OUTPUT_FRAMING = 2**20
 POLL_S = 0.25  # how often the judge looks at the sandbox's processes, memory and disk while it waits
 # Bytes a float output must be off by, relative to max|ref|, for two runs of the same inputs with
 # different fills of fresh memory to count as "depends on uninitialised memory" rather than as
@@ -341,7 +341,7 @@ class CandidateProcess:
         """After the process was killed for its disk: what of its writes outlives the evaluation goes."""
 
     def expect(self, path: Path, nbytes: int) -> None:
-        """An output the judge asked the process to save at `path`: up to its size (and torch.save's
+        """An output the judge asked the process to save at `path`: up to its size (and its file's
         framing) it is allowed beside the scratch quota until the judge takes it, so the file problems'
         own sizes are judged; what the candidate itself writes stays under the quota."""
         self.outputs[Path(path)] = nbytes + OUTPUT_FRAMING
@@ -786,82 +786,30 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-MAX_ARCHIVE_ENTRIES = 64  # torch.save of one tensor writes about 7
-
-
-def _archive_defect(f, max_bytes: int) -> str | None:
-    """What is wrong with a torch.save archive an untrusted process wrote, before torch.load inflates
-    it: a compressed entry (a deflated storage inflates to any size in the judge's memory), or entries
-    whose sizes together exceed `max_bytes` (the tensor the judge asked for, and torch.save's framing)."""
+def _load_regular(path: Path, device, max_bytes: int) -> torch.Tensor:
+    """A reference the problem file's process wrote (kernels/evaluator/tensor_file.py: only a regular
+    file, at most `max_bytes` of tensor, its storage the tensor's own), on `device`. A file that is not
+    one is the problem's failure."""
     try:
-        with zipfile.ZipFile(f) as archive:
-            entries = archive.infolist()
-            if len(entries) > MAX_ARCHIVE_ENTRIES:
-                return f"is an archive of {len(entries)} entries"
-            total = 0
-            for e in entries:
-                if e.compress_type != zipfile.ZIP_STORED or e.compress_size != e.file_size:
-                    return f"holds a compressed entry ({e.filename!r}: {e.compress_size} bytes to {e.file_size})"
-                total += e.file_size
-            if total > max_bytes:
-                return f"holds {total} bytes where at most {max_bytes} were asked for"
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-        return f"is no torch.save archive ({exc})"
-    finally:
-        f.seek(0)
-    return None
-
-
-def _storage_defect(t: object) -> str | None:
-    """A loaded tensor's storage must be the tensor's own bytes, no more: a small view of a vast storage
-    is memory the judge holds for nothing (and the answer's shape only in part)."""
-    if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() != t.numel() * t.element_size():
-        return (f"is a view of {t.untyped_storage().nbytes()} bytes of storage for a tensor of "
-                f"{t.numel() * t.element_size()}")
-    return None
-
-
-def _load_regular(path: Path, device, max_bytes: int) -> object:
-    """torch.load of a reference the problem file's process wrote: tensors only, and only a regular file
-    (a symlink could point the judge at a file of its own, a FIFO would hang it), stored uncompressed and
-    no bigger than `max_bytes`, its storage the tensor's own. A file that is not is the problem's failure."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        out = tensor_file.read(path, max_bytes)
     except OSError as exc:
         raise Outcome("crashed", f"the problem file's process left no readable file {path.name} ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise Outcome("crashed", f"the problem file's process left {path.name} as something other than a file")
-        defect = _archive_defect(f, max_bytes)
-        if defect is None:
-            out = torch.load(f, map_location=device, weights_only=True)
-            defect = _storage_defect(out)
-    if defect:
-        raise ProblemFailed(f"the problem file's process saved a reference that {defect}")
-    return out
+    except tensor_file.NotAFile:
+        raise Outcome("crashed", f"the problem file's process left {path.name} as something other than a file") from None
+    except tensor_file.TensorFileDefect as exc:
+        raise ProblemFailed(f"the problem file's process saved a reference that {exc.reason}") from None
+    return out.to(device)
 
 
 def _load_output(path: Path, max_bytes: int) -> torch.Tensor:
-    """An output the candidate's process saved: a tensor, from a regular file it did not swap for a
-    link or a FIFO, stored uncompressed, no bigger than `max_bytes`, its storage the tensor's own;
-    anything else is no usable output (a file made to swell in the judge's memory: rejected)."""
+    """An output the candidate's process saved (kernels/evaluator/tensor_file.py): a regular file it did
+    not swap for a link or a FIFO, at most `max_bytes` of tensor; a file that is not one is rejected."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return tensor_file.read(path, max_bytes)
     except OSError as exc:
         raise Outcome("incorrect", f"the candidate's output {Path(path).name} could not be read ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise Outcome("rejected", f"the candidate's output {Path(path).name} is not a regular file")
-        defect = _archive_defect(f, max_bytes)
-        if defect:
-            raise Outcome("rejected", f"the candidate's output {Path(path).name} {defect}")
-        out = torch.load(f, weights_only=True)
-    if type(out) is not torch.Tensor:
-        raise Outcome("incorrect", f"the candidate's output {Path(path).name} holds no tensor")
-    defect = _storage_defect(out)
-    if defect:
-        raise Outcome("rejected", f"the candidate's output {Path(path).name} {defect}")
-    return out
+    except tensor_file.TensorFileDefect as exc:
+        raise Outcome("rejected", f"the candidate's output {Path(path).name} {exc.reason}") from None
 
 
 @dataclass

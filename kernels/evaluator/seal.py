@@ -467,8 +467,9 @@ def candidate_builtins(on_import):
 
 def harness_objects(harness_module) -> list:
     """The modules and classes whose attributes the harness relies on after the seal: the timer, the
-    monitor's machinery, Triton's launch path and the methods by which it reads a kernel's source, torch's tensor and event classes, the builtins, and the
-    protocol's messages (with pydantic's model classes) that carry the record and the replies."""
+    monitor's machinery, Triton's launch path and the methods by which it reads a kernel's source, torch's tensor and event classes, the builtins, the
+    protocol's messages (with pydantic's model classes) that carry the record and the replies, and the
+    writer of the outputs' files (tensor_file; the judge's reader trusts nothing in them regardless)."""
     import builtins
     import time as time_module
 
@@ -479,9 +480,9 @@ def harness_objects(harness_module) -> list:
     import triton.runtime.jit as jit
     from torch.utils import _python_dispatch
 
-    from kernels.evaluator import protocol, timing
+    from kernels.evaluator import protocol, tensor_file, timing
     objects = [builtins, time_module, os, json, threading, torch, torch.cuda, torch.serialization, _python_dispatch,
-               triton, jit, autotuner, timing, protocol, pydantic.BaseModel, pydantic.RootModel, sys.modules[__name__],
+               triton, jit, autotuner, timing, protocol, tensor_file, pydantic.BaseModel, pydantic.RootModel, sys.modules[__name__],
                harness_module,
                jit.JITFunction, jit.JITCallable, jit.KernelInterface, autotuner.Autotuner, autotuner.Heuristics, torch.Tensor,
                torch.nn.Module, torch.nn.Parameter, _python_dispatch.TorchDispatchMode, threading.Thread, Integrity]

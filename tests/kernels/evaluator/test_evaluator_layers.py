@@ -105,6 +105,12 @@ def test_the_protocol_imports_pydantic_and_the_standard_library_only():
     assert imported <= set(sys.stdlib_module_names) | {"pydantic"}, sorted(imported)
 
 
+def test_the_tensor_file_imports_torch_and_the_standard_library_only():
+    """The format the sandboxes write and the judge reads: nothing of either side's."""
+    imported = _imports(EVALUATOR / "tensor_file.py", top_level_only=False)
+    assert imported <= set(sys.stdlib_module_names) | {"torch"}, sorted(imported)
+
+
 def test_the_sandboxes_import_neither_the_judge_nor_the_front_door():
     for name in SANDBOXES:
         reached = _closure(f"kernels.evaluator.{name}", top_level_only=False)

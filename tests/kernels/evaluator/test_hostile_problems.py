@@ -395,49 +395,50 @@ def test_other_problem_files_caches_are_bounded(tmp_path):
     assert all(p.exists() for p in (mine, caches[1], caches[10], caches[11], young)) and (root / "link").is_symlink()
 
 
-# --- references that swell in the judge's memory -------------------------------------------------------
-# the file's top level replaces torch.save: its process then saves each reference as the judge would
-# torch.load it, the values right, the archive not
-SWELLING_SAVE = '''
-import io as _io, zipfile as _zipfile
-_real_save = torch.save
+# --- references that swell in the judge's memory, or are not what was asked for ---------------------------
+# the file's top level replaces the writer its process saves references with (kernels/evaluator/tensor_file.py):
+# the values right, the file not
+HOSTILE_WRITE = '''
+import json as _json
+from kernels.evaluator import tensor_file as _tensor_file
+_real_write = _tensor_file.write
 
 
-def _swelling_save(obj, f):
-    if not isinstance(f, str):  # not a reference's file
-        return _real_save(obj, f)
-    real = obj.detach().float().contiguous().reshape(-1)
-    big = torch.zeros(real.numel() + EXTRA)
-    big[:real.numel()] = real
-    buf = _io.BytesIO()
-    _real_save(big[:real.numel()].view(obj.shape), buf)  # a view: torch.save keeps the whole storage
-    if not DEFLATE:
-        open(f, "wb").write(buf.getvalue())
-        return
-    with _zipfile.ZipFile(_io.BytesIO(buf.getvalue())) as zin, \\
-            _zipfile.ZipFile(f, "w", compression=_zipfile.ZIP_DEFLATED, compresslevel=9) as zout:
-        for info in zin.infolist():
-            zout.writestr(info.filename, zin.read(info.filename))
+def _hostile_write(t, path):
+    t = t.detach().float().contiguous()
+    shape = list(t.shape)
+    if MODE == "wrong-shape":
+        return _real_write(t.reshape(-1), path)
+    if MODE == "wrong-dtype":
+        return _real_write(t.half(), path)
+    if MODE == "claims-more":  # a header for a far bigger tensor than the judge asked for
+        shape[-1] += 2**22
+    payload = t.reshape(-1).view(torch.uint8).numpy().tobytes()
+    if MODE == "longer":  # the header right, more bytes after the tensor's
+        payload += bytes(2**16)
+    with open(path, "wb") as f:
+        f.write(_json.dumps({"dtype": "float32", "shape": shape}).encode() + b"\\n" + payload)
 
 
-torch.save = _swelling_save
+_tensor_file.write = _hostile_write
 '''
 
 
-@pytest.mark.parametrize("extra, deflate, says", [
-    (64 * 2**20, True, "holds a compressed entry"),  # 256 MB of zeros in a file of a few hundred KB
-    (4 * 2**20, False, "bytes where at most"),  # stored, but far more than the tensor asked for
-    (1000, False, "is a view of"),  # within torch.save's framing, but a storage bigger than its tensor
-], ids=["deflated", "stored-too-big", "view-of-a-bigger-storage"])
-def test_a_reference_archive_that_swells_is_the_problems_failure(tmp_path, extra, deflate, says):
-    """The judge torch.loads what the file's process saved: an archive with a deflated entry (a bomb:
-    it inflates to any size in the judge's memory), or more bytes than the reference it asked for, or a
-    small tensor on a bigger storage, is refused before or right after loading, as the problem's failure."""
-    hostile = SCALE.replace("class Model", f"EXTRA = {extra}\nDEFLATE = {deflate}\n{SWELLING_SAVE}\n\nclass Model")
+@pytest.mark.parametrize("mode, says", [
+    ("claims-more", "saved a reference that claims 50332188 bytes where at most 1049116 were asked for"),
+    ("longer", "saved a reference that is 66115 bytes long where its header says 579"),
+    ("wrong-shape", "its reference at rows=3,cols=45 is a torch.float32 tensor of shape (135,), not a float32"),
+    ("wrong-dtype", "its reference at rows=3,cols=45 is a torch.float16 tensor of shape (3, 45), not a float32"),
+], ids=["claims-more", "longer", "wrong-shape", "wrong-dtype"])
+def test_a_reference_file_that_is_not_the_one_asked_for_is_the_problems_failure(tmp_path, mode, says):
+    """The judge reads what the file's process saved, whatever code wrote it: a header claiming more bytes
+    than the reference it asked for (refused before anything is allocated), more bytes than its header
+    says, or a well-formed file of another shape or dtype, is the problem's failure."""
+    hostile = SCALE.replace("class Model", f"MODE = {mode!r}\n{HOSTILE_WRITE}\n\nclass Model")
     out = _eval(tmp_path, hostile, ZEROS)
     assert out.returncode == 2, (out.stdout[-2000:], out.stderr[-2000:])
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "saved a reference that" in lines[0] and says in lines[0], out.stderr
+    assert len(lines) == 1 and says in lines[0], out.stderr
     assert "Traceback" not in out.stderr and '"ok"' not in out.stdout
 
 
@@ -449,27 +450,42 @@ def test_control_an_honest_reference_that_is_a_view_is_judged(tmp_path):
     assert json.loads(out.stdout)["status"] == "incorrect"
 
 
-def test_a_candidate_output_archive_that_swells_is_rejected(tmp_path):
-    """The candidate's outputs come back the same way: deflated, too big, or a view of a bigger storage:
-    rejected; the honest archive loads."""
-    import io
-    import zipfile
-
+def test_a_candidate_output_file_that_is_not_the_one_asked_for_is_rejected(tmp_path):
+    """The candidate's outputs come back the same way: a header claiming more than was asked for, a
+    payload longer or shorter than its header says, or no header at all: rejected; the honest file loads."""
+    from kernels.evaluator import tensor_file
     from kernels.evaluator.judge import Outcome, _load_output
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     honest = tmp_path / "honest.pt"
-    torch.save(t, honest)
+    tensor_file.write(t, honest)
     assert torch.equal(_load_output(honest, 48 + 2**20), t)
-    view = tmp_path / "view.pt"
-    torch.save(torch.zeros(1000)[:12].view(3, 4), view)
-    big = tmp_path / "big.pt"
-    torch.save(torch.zeros(2**20)[:12].view(3, 4), big)
-    deflated = tmp_path / "deflated.pt"
-    with zipfile.ZipFile(io.BytesIO(honest.read_bytes())) as zin, \
-            zipfile.ZipFile(deflated, "w", compression=zipfile.ZIP_DEFLATED) as zout:
-        for info in zin.infolist():
-            zout.writestr(info.filename, zin.read(info.filename))
-    for path, says in ((view, "is a view of"), (big, "bytes where at most"), (deflated, "compressed entry")):
+    head = b'{"dtype": "float32", "shape": [3, 4]}\n'
+    payload = t.reshape(-1).view(torch.uint8).numpy().tobytes()
+    claims = tmp_path / "claims.pt"
+    claims.write_bytes(b'{"dtype": "float32", "shape": [3, 262148]}\n' + payload)
+    longer = tmp_path / "longer.pt"
+    longer.write_bytes(head + payload + bytes(2**20))
+    shorter = tmp_path / "shorter.pt"
+    shorter.write_bytes(head + payload[:-1])
+    pickled = tmp_path / "pickled.pt"
+    torch.save(t, pickled)
+    for path, says in ((claims, "claims 3145776 bytes where at most 1048624 were asked for"),
+                       (longer, f"is {len(head) + 48 + 2**20} bytes long where its header says {len(head) + 48}"),
+                       (shorter, f"is {len(head) + 47} bytes long where its header says {len(head) + 48}"),
+                       # what torch.save writes (a zip archive): refused, never unpickled
+                       (pickled, ("has no header line", "has a header that is not ASCII JSON"))):
         with pytest.raises(Outcome) as caught:
             _load_output(path, 48 + 2**20)
-        assert caught.value.status == "rejected" and says in caught.value.reason, caught.value.reason
+        assert caught.value.status == "rejected", caught.value.reason
+        prefix = f"the candidate's output {path.name} "
+        assert caught.value.reason.startswith(tuple(prefix + s for s in ([says] if isinstance(says, str) else says))), \
+            caught.value.reason
+    (tmp_path / "fifo.pt").unlink(missing_ok=True)
+    os.mkfifo(tmp_path / "fifo.pt")
+    with pytest.raises(Outcome, match="the candidate's output fifo.pt is not a regular file") as caught:
+        _load_output(tmp_path / "fifo.pt", 48 + 2**20)
+    assert caught.value.status == "rejected"
+    (tmp_path / "link.pt").symlink_to(honest)
+    with pytest.raises(Outcome, match="the candidate's output link.pt could not be read") as caught:
+        _load_output(tmp_path / "link.pt", 48 + 2**20)
+    assert caught.value.status == "incorrect"

@@ -528,7 +528,7 @@ def test_outputs_the_judge_asks_for_are_allowed_beside_the_scratch_quota(tmp_pat
         with pytest.raises(judge.Outcome, match="wrote 2 MiB under its scratch directory"):
             proc.watch()
         (proc.workdir / "junk").unlink()
-        out.write_bytes(b"x" * 6 * 2**20)  # past its size and torch.save's framing: the rest counts
+        out.write_bytes(b"x" * 6 * 2**20)  # past its size and its file's framing (OUTPUT_FRAMING): the rest counts
         with pytest.raises(judge.Outcome, match="wrote 2 MiB under its scratch directory"):
             proc.watch()
         proc.release(out)
@@ -543,7 +543,7 @@ def test_the_reference_file_is_allowed_beside_the_problem_process_quota(tmp_path
     (23_Softmax's is 6 GiB, past the 4 GiB quota), and lets it go once loaded."""
     import torch
 
-    from kernels.evaluator import judge, protocol
+    from kernels.evaluator import judge, protocol, tensor_file
     seen = {}
 
     class Proc:
@@ -563,7 +563,7 @@ def test_the_reference_file_is_allowed_beside_the_problem_process_quota(tmp_path
 
     def reply(request, kind):
         assert seen["expected"] == (Path(request.output), 3 * 5 * 4)  # allowed before the process writes it
-        torch.save(torch.ones(3, 5), request.output)
+        tensor_file.write(torch.ones(3, 5), request.output)
         return protocol.ReferencedReply(inputs_s=0.0, reference_s=0.0)
 
     problem._request_reply = reply
