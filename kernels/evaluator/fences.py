@@ -139,6 +139,10 @@ def toolchain_programs(toolchain: str) -> list[str]:
     programs += _compiler_programs(cc, ("cc1", "as", "collect2", "ld", "lto-wrapper"))
     if toolchain == "torch-compile":  # inductor's C++ compiler (torch._inductor.config.cpp.cxx)
         programs += _compiler_programs(os.environ.get("CXX") or "g++", ("cc1plus", "as", "collect2", "ld"))
+        # and `nvcc --version`, which every inductor compile runs for its repro's comment where nvcc is on
+        # the PATH: refused, it fails the compile (only its absence is caught). nvcc's own helpers (cicc,
+        # fatbinary) stay refused: nothing inductor does for a Triton baseline needs them
+        programs.append(_program("nvcc"))
     out: list[str] = []
     for p in programs:
         if not p or p in out:

@@ -560,3 +560,16 @@ def test_seccomp_refuses_unix_sockets_but_keeps_stream_pairs():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["EPERM", "EPERM", "EACCES", "allowed", "allowed", "EPERM", "EPERM", "True", "True"], out.stdout
+
+
+def test_the_torch_compile_toolchain_may_run_the_nvcc_on_the_path_and_triton_s_may_not(tmp_path, monkeypatch):
+    """Every inductor compile runs `nvcc --version` where nvcc is on the PATH, and a refused exec fails the
+    compile: the problem's process (torch.compile baselines) may start it; a candidate's may not."""
+    import shutil
+
+    from kernels.evaluator.fences import toolchain_programs
+    nvcc = tmp_path / "nvcc"
+    shutil.copy(os.path.realpath(shutil.which("true")), nvcc)  # an ELF program, as nvcc is
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert str(nvcc) in toolchain_programs("torch-compile")
+    assert str(nvcc) not in toolchain_programs("triton")
