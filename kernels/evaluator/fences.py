@@ -143,6 +143,10 @@ def toolchain_programs(toolchain: str) -> list[str]:
         # the PATH: refused, it fails the compile (only its absence is caught). nvcc's own helpers (cicc,
         # fatbinary) stay refused: nothing inductor does for a Triton baseline needs them
         programs.append(_program("nvcc"))
+        # inductor points Triton at the ptxas torch's CUDA wheel ships (TRITON_PTXAS_PATH, set at its first
+        # compile, after the fences are up), where there is one
+        import torch
+        programs.append(_program(str(Path(torch.__file__).resolve().parent / "bin" / "ptxas")))
     out: list[str] = []
     for p in programs:
         if not p or p in out:

@@ -573,3 +573,19 @@ def test_the_torch_compile_toolchain_may_run_the_nvcc_on_the_path_and_triton_s_m
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     assert str(nvcc) in toolchain_programs("torch-compile")
     assert str(nvcc) not in toolchain_programs("triton")
+
+
+def test_the_torch_compile_toolchain_may_run_the_ptxas_torch_ships(tmp_path, monkeypatch):
+    """Inductor sets TRITON_PTXAS_PATH to torch/bin/ptxas (CUDA wheels ship one) at its first compile,
+    after the fences are up: the problem's process may start that one from the start."""
+    import shutil
+
+    import torch
+
+    from kernels.evaluator.fences import toolchain_programs
+    fake = tmp_path / "torch"
+    (fake / "bin").mkdir(parents=True)
+    shutil.copy(os.path.realpath(shutil.which("true")), fake / "bin" / "ptxas")
+    monkeypatch.setattr(torch, "__file__", str(fake / "__init__.py"))
+    assert str(fake / "bin" / "ptxas") in toolchain_programs("torch-compile")
+    assert str(fake / "bin" / "ptxas") not in toolchain_programs("triton")
