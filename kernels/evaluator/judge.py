@@ -670,7 +670,11 @@ class RemoteFileProblem:
                 # imaginary part would be dropped unseen, and with it any check of it)
                 raise ProblemFailed(f"problem {self.spec.name}: its output is {reply.dtype}; the judge compares real "
                                     f"tensors (floating, integer, boolean): return torch.view_as_real(z) for a complex z")
-            self._specs[key] = (tuple(reply.shape), out_dtype, reply.input_bytes)
+            perturbed = getattr(torch, reply.perturbed_dtype, None) if reply.perturbed_dtype else None
+            if not isinstance(perturbed, torch.dtype) or not perturbed.is_floating_point:
+                perturbed = None  # (the clock perturbs a floating-point input only: none allowed for)
+            self._specs[key] = (tuple(reply.shape), out_dtype, reply.input_bytes,
+                                (min(reply.perturbed_numel, reply.input_bytes) if perturbed else 0, perturbed))
         return self._specs[key]
 
     def output_spec(self, shape: dict[str, int], dtype: torch.dtype) -> tuple[tuple[int, ...], torch.dtype]:
@@ -678,6 +682,10 @@ class RemoteFileProblem:
 
     def input_bytes(self, shape: dict[str, int], dtype: torch.dtype) -> int:
         return self._spec(shape, dtype)[2]
+
+    def perturbed(self, shape: dict[str, int], dtype: torch.dtype) -> tuple[int, torch.dtype | None]:
+        """The elements and dtype of the input the judge's clock perturbs (timing.perturbed_numel)."""
+        return self._spec(shape, dtype)[3]
 
     def min_bytes(self, shape: dict[str, int], elem: int) -> float:
         return self._request_reply(MinBytesRequest(shape=shape, elem=elem), MinBytesReply).bytes
@@ -1443,8 +1451,10 @@ class Judge:
         result.latency_us = result.timing.median_us
         input_bytes = (self.reference.input_bytes(shape, self.dtype) if self.remote else
                        sum(v.numel() * v.element_size() for v in input_sets[0].values() if isinstance(v, torch.Tensor)))
+        perturbed = (self.reference.perturbed(shape, self.dtype) if self.remote
+                     else timing.perturbed_numel(input_sets[0]))
         with self._phase("judge_clock"):
-            self._clock(candidate, result, shape, input_bytes, out_bytes)
+            self._clock(candidate, result, shape, input_bytes, out_bytes, perturbed)
         if cuda and reply.sync_wall_us:
             self._wall_check(result, shape, statistics.median(reply.sync_wall_us))
         if self.req.baselines:
@@ -1562,7 +1572,8 @@ class Judge:
                     yield from self.reference.reference(**stacked).split(shape[self.spec.batch_dim])
                 stack, size = [], 0
 
-    def _clock(self, candidate, result: ShapeResult, shape, input_bytes: int, out_bytes: int) -> None:
+    def _clock(self, candidate, result: ShapeResult, shape, input_bytes: int, out_bytes: int,
+               perturbed: tuple[int, torch.dtype | None] = (0, None)) -> None:
         """Calls timed by the judge's own clock, across the process boundary. A batch is armed outside
         the clock: fresh inputs for each call and, on a GPU, the calls captured in a CUDA graph, then the
         inputs refilled with other values. The fire command brings factors that perturb one input of each
@@ -1625,7 +1636,16 @@ class Judge:
                 raise Outcome("rejected", f"the outputs saved after the calls timed by the judge at {shape_label(shape)} are not "
                               "the ones their reply described when the clock stopped: the answers were computed afterwards")
         result.timing.judge_clock_us = round(min(per_call), 3)
-        self._clock_check(result, shape, min(per_call), n, min(pings), graphed)
+        numel, perturbed_dtype = perturbed
+        # each call's share also holds one pass over its perturbed input: timed here, by the judge
+        perturb_us = timing.perturbation_us(numel, perturbed_dtype) if cuda and numel and perturbed_dtype else 0.0
+        if perturb_us and self.profile is not None:  # a GPU kept busy to slow this timing gains little: at
+            # most one pass (read and write) at an eighth of the device's bandwidth, plus its launches
+            nbytes = 2 * numel * perturbed_dtype.itemsize
+            perturb_us = min(perturb_us, 8e6 * nbytes / self.profile.hbm_bytes_per_s + 20.0)
+        self._give_back()
+        result.timing.judge_perturb_us = round(perturb_us, 3) if cuda else None
+        self._clock_check(result, shape, min(per_call), n, min(pings), graphed, perturb_us)
 
     def _perturbed_reference(self, shape, seed: int, a: int, b: int) -> torch.Tensor:
         """The reference for a seed's inputs perturbed by the fire's factors (a file problem's made and
@@ -1636,7 +1656,8 @@ class Judge:
         timing.perturb_inputs(inputs, a, b)
         return self.reference.reference(**inputs)
 
-    def _clock_check(self, result: ShapeResult, shape, judge_us: float, n: int, ping_us: float, graphed: bool) -> None:
+    def _clock_check(self, result: ShapeResult, shape, judge_us: float, n: int, ping_us: float, graphed: bool,
+                     perturb_us: float = 0.0) -> None:
         """The reported per-call time against the judge's own: a batch's round trip over its calls is at
         least what a call takes. Replayed from a CUDA graph, a call's share is its GPU time (warm L2, so
         about the reported cold figure or less) plus the perturbation, the round trip and the digest
@@ -1645,12 +1666,13 @@ class Judge:
         the event and synchronised wall-clock figures counts; on the CPU, whose interpreted calls vary
         severalfold on a busy machine, 20x and 50 ms).
         The round trip allowed for is the judge's own ping of the process, capped (a process slowed on
-        purpose gains little)."""
+        purpose gains little); the perturbation, what the judge timed it at on its own (`perturb_us`, a
+        call's share: one pass over the perturbed input, about twice a memory-bound call's time)."""
         claimed = result.timing.median_us
-        overhead = (min(ping_us, 1000.0) + 300.0) / n + 5.0
+        overhead = (min(ping_us, 1000.0) + 300.0) / n + 5.0 + perturb_us
         # On a GPU the rejection bound is kept wide (10x, plus a fixed allowance): each call's share of a
-        # batch also holds the perturbation and digest launches, a few microseconds each, which weigh on
-        # a kernel of ~20 us; it catches a misreport by an order of magnitude or more (a patched timer
+        # batch also holds the digest's launches, a few microseconds each, which weigh on a kernel of
+        # ~20 us; it catches a misreport by an order of magnitude or more (a patched timer
         # reports ~1 us for a call of milliseconds), and anything past 3x is flagged for a person.
         if graphed:
             limit, flag, what = 10 * claimed + overhead + 200.0, 3 * claimed + overhead, "replayed in a CUDA graph"
@@ -1659,13 +1681,14 @@ class Judge:
             limit, flag, what = 10 * host + overhead + 500.0, 3 * host + overhead + 100.0, "made eagerly"
         else:  # the interpreter on a shared CPU: calls vary severalfold; only a gross misreport is caught
             limit, flag, what = 20 * claimed + overhead + 50_000.0, math.inf, "made eagerly"
+        with_perturbation = f"; {perturb_us:.1f} us of it the inputs' perturbation, allowed for" if perturb_us else ""
         if judge_us > limit:
             raise Outcome("rejected", f"at {shape_label(shape)} the judge's own clock saw {judge_us:.1f} us per call ({n} calls "
-                          f"{what}, back to back, round trip included) where the sandbox reported {claimed:.1f} us "
+                          f"{what}, back to back, round trip included{with_perturbation}) where the sandbox reported {claimed:.1f} us "
                           "per call: the reported time is not the time the calls take (a timer or its statistics patched?)")
         if self.device == "cuda" and judge_us > flag:
             self.verdict.flags.append(f"at {shape_label(shape)}: {judge_us:.1f} us per call by the judge's clock ({what}, round "
-                                      f"trip included) against {claimed:.1f} us reported: check the timing")
+                                      f"trip included{with_perturbation}) against {claimed:.1f} us reported: check the timing")
 
     def _wall_check(self, result: ShapeResult, shape, wall_us: float) -> None:
         """Event time against the wall clock of a call between two full device synchronisations."""

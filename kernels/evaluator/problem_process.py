@@ -76,7 +76,9 @@ class ProblemServer:
         shape, out_dtype = self.reference.output_spec(cmd.shape, dtype)
         inputs = self.reference.make_inputs(cmd.shape, 0, "meta", dtype)
         nbytes = sum(v.numel() * v.element_size() for v in inputs.values() if isinstance(v, torch.Tensor))
-        return SpecReply(shape=[int(d) for d in shape], dtype=str(out_dtype).removeprefix("torch."), input_bytes=nbytes)
+        numel, perturbed = timing.perturbed_numel(inputs)
+        return SpecReply(shape=[int(d) for d in shape], dtype=str(out_dtype).removeprefix("torch."), input_bytes=nbytes,
+                         perturbed_numel=numel, perturbed_dtype=str(perturbed).removeprefix("torch.") if perturbed else None)
 
     def min_bytes(self, cmd: protocol.MinBytesRequest) -> MinBytesReply:
         return MinBytesReply(bytes=self.reference.min_bytes(cmd.shape, cmd.elem))

@@ -415,6 +415,8 @@ class SpecReply(Message):
     shape: OutputShape
     dtype: DtypeName
     input_bytes: Bytes
+    perturbed_numel: Bytes = 0  # the input the judge's clock perturbs: its elements and dtype
+    perturbed_dtype: DtypeName | None = None
 
 
 class MinBytesReply(Message):

@@ -307,6 +307,46 @@ def perturb_sets(sets: list[dict], a: torch.Tensor, b: torch.Tensor) -> None:
             x.copy_(flat.view(x.shape))
 
 
+PERTURB_TIMED_BYTES = 256 * 2**20  # what perturbation_us perturbs; past it, the cost is scaled (one pass)
+
+
+def perturbation_us(numel: int, dtype: torch.dtype, reps: int = 5) -> float:
+    """What perturb_sets costs on this GPU for one input set whose perturbed tensor has `numel` elements
+    of `dtype`, captured in a CUDA graph as a clocked batch holds it: the judge's allowance for it in its
+    clock check, timed in the judge's own process (no candidate code decides it). At most
+    PERTURB_TIMED_BYTES are timed; a larger tensor's cost is scaled by its size (the perturbation is
+    one pass over it)."""
+    if numel <= 0:
+        return 0.0
+    n = max(1, min(numel, PERTURB_TIMED_BYTES // torch.empty((), dtype=dtype).element_size()))
+    sets = [{"x": torch.ones(n, dtype=dtype, device="cuda")}]
+    params = torch.tensor([7919, 13], dtype=torch.int64, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        perturb_sets(sets, params[0], params[1])  # a warm-up outside the capture, as torch.cuda.graphs asks
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        perturb_sets(sets, params[0], params[1])
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    del graph, sets
+    return min(times) * numel / n
+
+
+def perturbed_numel(inputs: dict) -> tuple[int, torch.dtype | None]:
+    """The size and dtype of the input perturb_inputs scales (0, None where it scales none)."""
+    name = _perturbed_name(inputs)
+    return (inputs[name].numel(), inputs[name].dtype) if name is not None else (0, None)
+
+
 def batch_digest(outs: list[torch.Tensor], a: int, b: int, weights: torch.Tensor) -> float:
     """A float64 weighted sum over DIGEST_ELEMENTS positions (an arithmetic progression from (a, b),
     modulo the batch's size; fewer for a smaller batch) of the outputs laid end to end: what the reply of a clocked batch carries,

@@ -35,6 +35,9 @@ class Timing(BaseModel):
     # the quickest of a few calls timed by the judge's own clock, across the process boundary (the round
     # trip included): a bound on the figures above that nothing in the candidate's process decides
     judge_clock_us: float | None = None
+    # what perturbing one call's inputs takes (the judge's clock holds it), timed by the judge itself on
+    # a tensor of that input's size and dtype; allowed for when the two are compared
+    judge_perturb_us: float | None = None
 
 
 class KnownBaseline(BaseModel):

@@ -367,11 +367,11 @@ def test_the_judges_clock_bounds_the_reported_time():
     judge = _judge()
     judge.device = "cuda"
 
-    def check(claimed, judge_us, graphed, sync_wall=None):
+    def check(claimed, judge_us, graphed, sync_wall=None, perturb_us=0.0, n=64):
         result = ShapeResult(shape={"B": 1}, correct=True,
                              timing=Timing(median_us=claimed, p10_us=claimed, p90_us=claimed, calls=30, sync_wall_us=sync_wall))
         judge.verdict.flags.clear()
-        judge._clock_check(result, {"B": 1}, judge_us, 64, 150.0, graphed)
+        judge._clock_check(result, {"B": 1}, judge_us, n, 150.0, graphed, perturb_us)
         return judge.verdict.flags
 
     assert check(21.5, 25.0, True) == []  # an honest graph replay: about the reported time
@@ -382,7 +382,25 @@ def test_the_judges_clock_bounds_the_reported_time():
     with pytest.raises(Outcome, match="judge's own clock"):
         check(10.0, 2700.0, False, sync_wall=40.0)  # made eagerly: loose, but not that loose
     assert check(21.5, 400.0, False, sync_wall=320.0) == []  # host-bound launches, as the tuned MLA kernel's
+    # a memory-bound call beside the perturbation of its 64 MiB input (an H100's figures: silu_scale
+    # 4096x8192 bf16, 16 calls a batch): flagged unless the perturbation the judge timed is allowed for
+    assert check(43.0, 228.0, True, n=16) != []
+    flags = check(43.0, 228.0, True, perturb_us=105.9, n=16)
+    assert flags == []
+    with pytest.raises(Outcome, match="of it the inputs' perturbation, allowed for"):
+        check(1.0, 600.0, True, perturb_us=105.9, n=16)  # the allowance does not cover a misreport
     judge.device = "cpu"
     assert check(4000.0, 60000.0, False) == []  # the interpreter on a busy CPU
     with pytest.raises(Outcome, match="judge's own clock"):
         check(280.0, 300000.0, False)
+
+
+def test_the_perturbed_input_is_named_by_size_and_dtype_wherever_the_inputs_are_made():
+    """What the judge's perturbation allowance is timed on: the input perturb_inputs scales (the smallest
+    floating-point one), from real inputs or from a file problem's meta inputs alike."""
+    inputs = {"q": torch.ones(2, 3, dtype=torch.bfloat16), "cache": torch.ones(50, 3, dtype=torch.bfloat16),
+              "lengths": torch.ones(4, dtype=torch.int64)}
+    assert timing.perturbed_numel(inputs) == (6, torch.bfloat16)
+    assert timing.perturbed_numel({k: v.to("meta") for k, v in inputs.items()}) == (6, torch.bfloat16)
+    assert timing.perturbed_numel({"n": torch.ones(3, dtype=torch.int32)}) == (0, None)
+    assert timing.perturbation_us(0, torch.float32) == 0.0
