@@ -93,6 +93,8 @@ def read(path: str | os.PathLike, max_bytes: int) -> torch.Tensor:
             if not got:  # the file shrank since fstat
                 raise TensorFileDefect(f"ended after {len(head) + done} of {size} bytes")
             done += got
+    if dtype is torch.bool and numel and int(out.view(torch.uint8).max()) > 1:  # any other byte is no bool:
+        raise TensorFileDefect("holds a boolean that is neither 0 nor 1")  # comparisons of it are undefined
     return out.view(shape)
 
 

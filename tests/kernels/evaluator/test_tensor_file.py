@@ -158,3 +158,12 @@ def test_only_a_regular_file_is_read(tmp_path):
     assert result == ["is not a regular file"]
     with pytest.raises(OSError):
         tensor_file.read(tmp_path / "missing.pt", 2**20)
+
+
+def test_a_boolean_byte_other_than_0_or_1_is_a_defect(tmp_path):
+    """A bool tensor holding byte 2 compares as neither True nor False, depending on the kernel."""
+    path = tmp_path / "t.pt"
+    _raw(path, {"dtype": "bool", "shape": [3]}, b"\x01\x00\x02")
+    assert "neither 0 nor 1" in _defect(path)
+    _raw(path, {"dtype": "bool", "shape": [3]}, b"\x01\x00\x01")
+    assert torch.equal(tensor_file.read(path, 3), torch.tensor([True, False, True]))
