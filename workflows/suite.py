@@ -91,8 +91,9 @@ def entry_from_report(problem: str, workflow_id: str, report: RunReport) -> Suit
 def score(workflow_id: str, entries: list[SuiteEntry]) -> SuiteReport:
     solved = [e for e in entries if e.status == "ok"]
     fast = {}
-    for p in FAST_P:
-        hits = [e for e in solved if p == 0 or (e.speedup_vs_eager is not None and e.speedup_vs_eager > p)]
+    for p in FAST_P:  # faster than eager counts only where the times mean something (not an interpreter's)
+        hits = [e for e in solved if p == 0 or (e.timing_meaningful and e.speedup_vs_eager is not None
+                                                and e.speedup_vs_eager > p)]
         fast[f"fast_{p:g}"] = round(len(hits) / len(entries), 4) if entries else 0.0
     gm = _geomean([e.speedup_vs_eager for e in solved if e.speedup_vs_eager is not None])
     return SuiteReport(workflow_id=workflow_id, problems=entries, fast_p=fast,

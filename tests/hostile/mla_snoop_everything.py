@@ -8,6 +8,7 @@ leaves /proc unlistable and the worker's folders, HOME and the temp dir unreadab
 run-time (tests/kernels/evaluator/test_confinement.py): crashed, the worker's key in no verdict."""
 import os
 import re
+import stat
 import time
 
 import torch  # noqa: F401  (a candidate module as any other; it never launches a kernel)
@@ -96,7 +97,14 @@ def snoop():
                 break
             dirs[:] = [d for d in dirs if d not in (".git", ".venv", "proc", "sys", "node_modules")]
             for name in files:
+                if time.monotonic() - t0 > BUDGET_S:  # a folder of many files ends the walk too
+                    break
                 path = os.path.join(folder, name)
+                try:
+                    if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would hold the search for ever
+                        continue
+                except OSError:
+                    continue
                 data = _read(path)
                 if data is not None:
                     counts["files"] += 1
