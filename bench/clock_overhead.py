@@ -25,15 +25,7 @@ from kernels.problems.kernelbench_runtime import CandidateModel, FileReference
 
 def graph_us(fn, reps: int = 10) -> float:
     """Median replay time of `fn` captured as one CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()  # warm-up outside the capture, as torch.cuda.graphs asks
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
+    g = timing.captured(fn)
     times = []
     for _ in range(reps + 2):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -321,14 +321,7 @@ def perturbation_us(numel: int, dtype: torch.dtype, reps: int = 5) -> float:
     n = max(1, min(numel, PERTURB_TIMED_BYTES // torch.empty((), dtype=dtype).element_size()))
     sets = [{"x": torch.ones(n, dtype=dtype, device="cuda")}]
     params = torch.tensor([7919, 13], dtype=torch.int64, device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        perturb_sets(sets, params[0], params[1])  # a warm-up outside the capture, as torch.cuda.graphs asks
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        perturb_sets(sets, params[0], params[1])
+    graph = captured(lambda: perturb_sets(sets, params[0], params[1]))
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
