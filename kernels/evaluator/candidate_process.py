@@ -31,6 +31,7 @@ import warnings
 import torch
 import triton
 import triton.language as tl
+from torch.utils import _python_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime.jit import JITCallable, JITFunction, KernelInterface
 
@@ -38,7 +39,8 @@ from kernels.evaluator import confinement, policy, protocol, seal, tensor_file, 
 from kernels.evaluator import fences as sandbox_fences
 from kernels.evaluator.protocol import (ArmedReply, BeginRecord, CalledReply, CallFacts, CandidateReadyReply, EndRecord,
                                         ErrorReply, FencedReply, FiredReply, ForgotReply, LaunchRecord, OpRecord,
-                                        PongReply, ProbeRecord, SavedReply, ThreadRecord, TimedReply)
+                                        PongReply, ProbeRecord, SavedReply, SuspendRecord, ThreadRecord,
+                                        TimedReply)
 
 CANDIDATE_MODULE = "candidate"
 KEPT_BYTES = 8 * 2**30  # recent outputs kept alive (their memory not reused by a later call), at most
@@ -249,6 +251,22 @@ def _wrap_threads(recorder: Recorder) -> None:
         return _orig(self, *args, **kwargs)
 
     threading.Thread.start = start
+
+
+def _watch_mode_pops(recorder: Recorder) -> None:
+    """Every pop of torch's dispatch-mode stack is recorded. Torch pops every mode, the torch-op monitor
+    with them, to run code no mode may see: printing a tensor (repr, str, an f-string) reads its values
+    into Python that way, so a launcher could compute the answer in Python unrecorded. Within a call the
+    harness pops the monitor once, after the call's probe; the judge counts any pop before the probe.
+    The wrapped function is the module global torch's pops look up (a replacement shows as tampering:
+    the module is sealed)."""
+    original = _python_dispatch._pop_torch_dispatch_stack
+
+    def pop(*args, _rec=recorder, _orig=original, _suspend=SuspendRecord()):
+        _rec.send(_suspend)
+        return _orig(*args)
+
+    _python_dispatch._pop_torch_dispatch_stack = pop
 
 
 # --- the code Triton compiles or interprets is the code the policy checked ------------------------------
@@ -670,12 +688,14 @@ class CandidateServer:
         """The call's inputs, made here from the seed it names (on the device, by the problem's own
         make_inputs, as the judge's reference's were: no input crosses a process boundary or a disk),
         outside the call; the same seed again (the no-op and the second-fill calls) gets the same tensors."""
-        key = (json.dumps(cmd.problem_shape, sort_keys=True), cmd.seed, cmd.input_dtype)
+        key = (json.dumps(cmd.problem_shape, sort_keys=True), cmd.seed, cmd.input_dtype, cmd.widen)
         if key not in self.inputs:
             self.inputs.clear()  # one seed's inputs at a time: the file problems' own sizes are large
             reference = self._problem_reference(cmd.problem)
-            self.inputs[key] = reference.make_inputs(cmd.problem_shape, cmd.seed, self.device,
-                                                     getattr(torch, cmd.input_dtype))
+            inputs = reference.make_inputs(cmd.problem_shape, cmd.seed, self.device, getattr(torch, cmd.input_dtype))
+            if cmd.widen and self.reference is not None:  # (a file problem's: FileReference.widen)
+                self.reference.widen(inputs, cmd.seed)
+            self.inputs[key] = inputs
         return self.inputs[key]
 
     def poison(self, nbytes: int, byte: int) -> None:
@@ -1045,6 +1065,7 @@ def main(argv: list[str] | None = None) -> int:
         _wrap_run(InterpretedFunction, recorder, _fence_interpreter_memory() if args.device == "cpu" else None,
                   check=source_check)
     _wrap_threads(recorder)
+    _watch_mode_pops(recorder)
     fences = {}
     if args.device == "cuda":
         recorder.device_index = torch.cuda.current_device()

@@ -44,6 +44,7 @@ from kernels.evaluator.hostinfo import nvidia_driver
 from kernels.evaluator.evaluate import (PROJECT_ROOT, EvalRequest, EvaluatorError, ProblemCheck, ProblemReport,
                                         source_sha256)
 from kernels.evaluator.policy import check_source, module_violation
+from kernels.problems.kernelbench_runtime import WIDEN_FACTOR
 from kernels.problems.kernelbench import FileFacts, ReferenceCall, check_given, full_shape, statement
 from kernels.problems.spec import PROBLEM_NAMES, ProblemSpec, ShapeError, get_problem
 from kernels.evaluator.roofline import DeviceProfile, profile_for_gpu
@@ -69,6 +70,8 @@ REPRODUCIBLE_FRAC = 1e-3
 # what an output may be: real values (a problem's floating output comes in the inputs' dtype)
 JUDGED_OUTPUT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16,
                                   torch.int32, torch.int64, torch.uint8, torch.bool})
+WIDENED_LOOSENESS = 10.0  # its tolerance, in multiples of the problem's
+INTEGER_MISMATCH_DIVISOR = 1000  # an integer output may differ from the reference in 1 value of this many (ties)
 FILL_A, FILL_B = 0xFF, 0x7B  # 0xFF is NaN in fp16/bf16/fp32; 0x7B.. is a large finite number in each
 R = TypeVar("R", bound=protocol.Message)
 
@@ -597,8 +600,11 @@ class RemoteFileProblem:
     problem's process makes each seed's inputs on the device for the reference, and the candidate's
     process makes its own from the same seed; references come back as files in the problem's folder."""
 
-    def __init__(self, spec: ProblemSpec, device: str) -> None:
+    def __init__(self, spec: ProblemSpec, device: str, budget_s: float | None = None) -> None:
         self.spec, self.device = spec, device
+        # the file's own code, all told (a caller with less time left gives less: the problem's limit,
+        # not the caller's, then ends a file that runs too long, and says so as the problem's failure)
+        self.budget_s = settings().problem_timeout_s if budget_s is None else budget_s
         self.param_seed = 0
         self.proc: ProblemProcess | None = None
         self.fences: dict = {}
@@ -613,7 +619,7 @@ class RemoteFileProblem:
         problem_file.parent.mkdir(exist_ok=True)
         problem_file.write_text(self.spec.source)
         self.proc = ProblemProcess(self.device, scratch, self.spec.source)
-        self.proc.assign_problem(problem_file, self.spec.name, self.param_seed, settings().problem_timeout_s, memory_cap)
+        self.proc.assign_problem(problem_file, self.spec.name, self.param_seed, self.budget_s, memory_cap)
         try:
             fenced = self.proc.receive()
         except Overstepped as outcome:  # the file's top level may run before its fenced reply is read
@@ -621,7 +627,7 @@ class RemoteFileProblem:
         except Outcome as outcome:
             if outcome.status == "timeout":
                 raise ProblemFailed(f"problem {self.spec.name}: its process did not start in "
-                                    f"{settings().problem_timeout_s:g} s") from None
+                                    f"{self.budget_s:g} s") from None
             raise EvaluatorError(f"the problem's sandbox failed before loading the file ({outcome.reason}):\n"
                                  f"{self.proc.log_tail()[-2500:]}") from None
         if not isinstance(fenced, FencedReply):
@@ -718,6 +724,27 @@ class RemoteFileProblem:
                                                          perturb=perturb, output=str(path)), ReferencedReply)
             self.last_inputs_s = reply.inputs_s
             return self._checked(_load_regular(path, device, nbytes + OUTPUT_FRAMING), shape, dtype)
+        finally:
+            self.proc.release(path)
+
+    def widened_reference(self, shape: dict[str, int], seed: int, dtype: torch.dtype,
+                          device) -> tuple[torch.Tensor | None, list[str]]:
+        """The reference for the inputs of this seed with those of one sign widened to both
+        (FileReference.widen), and the inputs widened; (None, []) where none is of one sign, (None, names)
+        where the widened inputs leave the module's domain (its output is not finite there)."""
+        path = self._file("reference")
+        nbytes = math.prod(self.output_spec(shape, dtype)[0]) * 4
+        self.proc.expect(path, nbytes)
+        try:
+            reply = self._request_reply(ReferenceRequest(shape=shape, seed=seed, dtype=_dtype_name(dtype), widen=True,
+                                                         output=str(path)), ReferencedReply)
+            self.last_inputs_s = reply.inputs_s
+            if not reply.widened:
+                return None, []
+            ref = _load_regular(path, device, nbytes + OUTPUT_FRAMING)
+            if type(ref) is not torch.Tensor or ref.dtype != torch.float32 or reference_defect(ref):
+                return None, list(reply.widened)
+            return self._checked(ref, shape, dtype), list(reply.widened)
         finally:
             self.proc.release(path)
 
@@ -834,6 +861,7 @@ class CallRecord:
     odd: set[str] = field(default_factory=set)
     options: set[str] = field(default_factory=set)
     threads: int = 0
+    suspended: int = 0  # pops of the torch-op monitor before the call's probe: code run unseen
 
 
 def read_record(lines: list[protocol.Record]) -> tuple[dict[int, CallRecord], CallRecord]:
@@ -871,6 +899,8 @@ def read_record(lines: list[protocol.Record]) -> tuple[dict[int, CallRecord], Ca
             target.ops[line.name] += 1
         elif isinstance(line, protocol.ThreadRecord):
             target.threads += 1
+        elif isinstance(line, protocol.SuspendRecord) and current is not None and not current.probed:
+            current.suspended += 1  # (the harness's own pop comes after the probe)
     return calls, outside
 
 
@@ -1227,6 +1257,8 @@ class Judge:
                     input_sets.append(seed if self.remote else inputs)
                 del out, ref, inputs
                 self._give_back()
+            if index == 0 and self.remote:
+                self._widened_check(candidate, result, shape, out_shape, out_dtype)
             result.correct = True
             if self.req.mode == "full" and not probe:
                 self._time(candidate, result, shape, input_sets, out_bytes)
@@ -1235,10 +1267,38 @@ class Judge:
             if self.device == "cuda":
                 torch.cuda.empty_cache()
 
-    def _wrong(self, out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, str | None]:
+    def _widened_check(self, candidate, result: ShapeResult, shape, out_shape, out_dtype) -> None:
+        """A file problem's inputs of one sign (torch.rand's) widened to both, once, at the first shape: a
+        kernel right only on the problem's own input distribution computes another function. Judged with a
+        looser tolerance (the widened inputs may be worse conditioned); a kernel computing the module's
+        function is far inside it, one that skips a branch the problem's inputs never take far outside."""
+        seed = fresh_seed(CORRECTNESS_SEEDS)  # a draw of its own
+        with self._phase("reference"):
+            ref, widened = self.reference.widened_reference(shape, seed, self.dtype, self.device)
+        self._move_phase("reference", "inputs", self.reference.last_inputs_s)
+        if not widened:
+            return
+        names = ", ".join(widened)
+        if ref is None:
+            result.note = (result.note + "; " if result.note else "") + (
+                f"not checked on widened inputs: the module's output is not finite with {names} widened to both signs")
+            return
+        out_path = candidate.workdir / "widened.pt"
+        with self._phase("candidate_calls"):
+            self._call(candidate, seed, out_path, out_shape, out_dtype, widen=True)
+        out = candidate.take(out_path)
+        rel, max_abs, why = self._wrong(out, ref, loose=WIDENED_LOOSENESS)
+        del out, ref
+        if why:
+            raise Outcome("incorrect", f"wrong answer at {shape_label(shape)} on inputs widened to both signs ({names} "
+                          f"times +-{WIDEN_FACTOR:g}, value by value; the problem's own are all of one sign): {why}. "
+                          "A kernel right only on the problem's own inputs computes another function")
+
+    def _wrong(self, out: torch.Tensor, ref: torch.Tensor, loose: float = 1.0) -> tuple[float, float, str | None]:
         """(rel_err, max_abs_err, why the output is wrong or None) against the reference. The output's shape
         must be the reference's (no broadcasting), and every test fails closed: a NaN anywhere is wrong, and
-        so is an output of a dtype no reference has (a complex one would be compared by its real part)."""
+        so is an output of a dtype no reference has (a complex one would be compared by its real part).
+        `loose` scales a floating output's tolerance (integers are exact regardless)."""
         if tuple(out.shape) != tuple(ref.shape):
             return math.inf, math.inf, f"an output of shape {tuple(out.shape)} where {tuple(ref.shape)} was asked for"
         if out.dtype not in JUDGED_OUTPUT_DTYPES:
@@ -1246,9 +1306,20 @@ class Judge:
         rel, max_abs, finite = compare(out, ref)
         if not finite:
             return rel, max_abs, "NaN or Inf in the output"
-        bound = self.tolerance.abs_frac * ref.abs().max().item()
-        if not (rel <= self.tolerance.rel and max_abs <= bound):
-            return rel, max_abs, (f"rel_err {rel:.3g} (limit {self.tolerance.rel:g}), max_abs_err {max_abs:.3g} "
+        if not out.dtype.is_floating_point:
+            # integers and booleans (indices, counts, masks) are exact: a tolerance scaled by the largest
+            # value would pass an index off by one. The reference is their float32 rounding, and so is
+            # the output's conversion; ties (an argmax of equal values) may differ in a few places.
+            wrong = int((out.to(ref.device, torch.float32) != ref).sum().item())
+            allowed = out.numel() // INTEGER_MISMATCH_DIVISOR
+            if wrong > allowed:
+                return rel, max_abs, (f"{wrong} of {out.numel()} values differ from the reference ({str(out.dtype).removeprefix('torch.')} "
+                                      f"outputs are compared exactly; at most {allowed} may differ, for ties)")
+            return rel, max_abs, None
+        bound = loose * self.tolerance.abs_frac * ref.abs().max().item()
+        limit = loose * self.tolerance.rel
+        if not (rel <= limit and max_abs <= bound):
+            return rel, max_abs, (f"rel_err {rel:.3g} (limit {limit:g}), max_abs_err {max_abs:.3g} "
                                   f"(limit {bound:.3g})")
         return rel, max_abs, None
 
@@ -1296,7 +1367,7 @@ class Judge:
         return reply
 
     def _call(self, candidate, seed: int, out_path, out_shape, out_dtype, noop: bool = False,
-              fill: int = FILL_A) -> CalledReply:
+              fill: int = FILL_A, widen: bool = False) -> CalledReply:
         """One call of the candidate on the inputs of `seed`, which its process makes itself (on the
         device, as the reference's were made): no input file passes through its scratch folder. Its
         output comes back as a file there, allowed beside the scratch quota (CandidateProcess.expect)."""
@@ -1305,7 +1376,8 @@ class Judge:
         candidate.expect(out_path, self._output_bytes(out_shape, out_dtype))
         facts, record = candidate.request(CallRequest(
             problem=self.spec.name, seed=seed, output=str(out_path), shape=list(out_shape), dtype=_dtype_name(out_dtype),
-            noop=noop, fill=fill, problem_shape=self.current_shape, index=index, input_dtype=_dtype_name(self.dtype)),
+            noop=noop, fill=fill, problem_shape=self.current_shape, index=index, input_dtype=_dtype_name(self.dtype),
+            widen=widen),
             CalledReply)
         banned = [m for m in facts.new_modules if module_violation(m)]
         if banned:
@@ -1342,6 +1414,11 @@ class Judge:
         if problems:
             raise Outcome("rejected", f"a candidate call{when} left the sandbox altered: {'; '.join(problems)} "
                           "(harness steps after the call would run the candidate's code)")
+        suspended = sum(c.suspended for c in everything)
+        if suspended:
+            raise Outcome("rejected", f"torch's op monitor was suspended {suspended} time(s) during a call{when}: torch "
+                          "does so to run code no mode may see, such as printing a tensor (repr, str, an f-string), "
+                          "which reads its values into Python; a launcher may not read tensor values")
         ops = sum((c.ops for c in everything), Counter())
         if ops:
             listed = ", ".join(f"{k} x{v}" for k, v in sorted(ops.items()))
@@ -1798,6 +1875,9 @@ AWAIT_REQUEST = "--await-request"  # started ahead of need: the request's paths 
 CHECK_PROBLEM = "--check-problem"  # a file problem checked (marathon problem), not a candidate judged
 
 
+CHECK_REPORT_S = 15.0  # of a problem check's time, kept for ending the file's process and reporting
+
+
 def check_problem(req: ProblemCheck) -> ProblemReport:
     """A file problem as `marathon problem` shows it, found in its fenced process: its sizes and other
     constants, its shape sets (smoke: SMOKE_SHAPES or the small sizes it chose for a CPU; bench: its
@@ -1811,10 +1891,12 @@ def check_problem(req: ProblemCheck) -> ProblemReport:
     if dtype_name not in spec.tolerances:
         raise ShapeError(f"--dtype {dtype_name}: {spec.name} knows {', '.join(spec.tolerances)}")
     given = [spec.shape(s) for s in req.shapes]
+    t0 = time.monotonic()
     fence_self_test(device)
     report = ProblemReport(name=spec.name, device=device, dtype=dtype_name, statement=spec.statement)
     with tempfile.TemporaryDirectory(prefix=confinement.scratch_prefix("marathon-problem")) as tmp:
-        remote = RemoteFileProblem(spec, device)
+        left = req.timeout_s - (time.monotonic() - t0) - CHECK_REPORT_S
+        remote = RemoteFileProblem(spec, device, budget_s=max(1.0, min(settings().problem_timeout_s, left)))
         try:
             remote.start(Path(tmp), settings().sandbox_memory_bytes(device))
             facts = remote.facts(small=spec.chooses_smoke("smoke"))

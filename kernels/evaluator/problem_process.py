@@ -94,6 +94,11 @@ class ProblemServer:
         if cmd.perturb:
             a, b = cmd.perturb
             timing.perturb_inputs(inputs, a, b)
+        widened = self.reference.widen(inputs, cmd.seed) if cmd.widen else []
+        if cmd.widen and not widened:  # nothing to widen: nothing to check
+            del inputs
+            self._done()
+            return ReferencedReply(inputs_s=round(time.perf_counter() - t0, 4), reference_s=0.0)
         if self.device == "cuda":
             torch.cuda.synchronize()
         t1 = time.perf_counter()
@@ -102,7 +107,8 @@ class ProblemServer:
         tensor_file.write(out, cmd.output)  # (a view: its own values only, not its storage)
         del out
         self._done()
-        return ReferencedReply(inputs_s=round(t1 - t0, 4), reference_s=round(time.perf_counter() - t1, 4))
+        return ReferencedReply(inputs_s=round(t1 - t0, 4), reference_s=round(time.perf_counter() - t1, 4),
+                               widened=widened)
 
     def baseline_names(self, cmd: protocol.BaselineNamesRequest) -> BaselineNamesReply:
         return BaselineNamesReply(names=list(self.reference.baselines(self.device)))

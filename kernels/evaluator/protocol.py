@@ -130,6 +130,7 @@ class CallRequest(Message):
     problem_shape: Shape
     index: CallIndex = 0
     input_dtype: DtypeName
+    widen: bool = False  # a file problem's inputs of one sign widened to both (FileReference.widen)
 
 
 class TimeRequest(Message):
@@ -204,6 +205,7 @@ class ReferenceRequest(Message):
     seed: Seed
     dtype: DtypeName
     perturb: tuple[Factor, Factor] | None = None
+    widen: bool = False  # the inputs of one sign widened to both first (none: no reference is made)
     output: FilePath
 
 
@@ -377,6 +379,13 @@ class ThreadRecord(Record):
     what: Literal["thread"] = "thread"
 
 
+class SuspendRecord(Record):
+    """Torch popped a mode off its dispatch stack: code that runs with the torch-op monitor off (printing a
+    tensor reads its values that way). Within a call, only the harness's own pop after the probe is honest."""
+    kind: Literal["rec"] = "rec"
+    what: Literal["suspend"] = "suspend"
+
+
 class SealRecord(Record):
     """What the seal would have ended the process for (MARATHON_SANDBOX_SEAL=report); written by the seal."""
     kind: Literal["seal"] = "seal"
@@ -391,7 +400,8 @@ class SealedReply(Message):
     why: Name
 
 
-CallRecordLine = Annotated[Union[BeginRecord, EndRecord, LaunchRecord, OpRecord, ProbeRecord, ThreadRecord],
+CallRecordLine = Annotated[Union[BeginRecord, EndRecord, LaunchRecord, OpRecord, ProbeRecord, ThreadRecord,
+                                 SuspendRecord],
                            Field(discriminator="what")]
 CandidateReply = Annotated[Union[CallRecordLine, SealRecord, SealedReply, FencedReply, CandidateReadyReply, ErrorReply,
                                  CalledReply, TimedReply, SavedReply, ArmedReply, FiredReply, PongReply, ForgotReply],
@@ -428,6 +438,7 @@ class ReferencedReply(Message):
     kind: Literal["referenced"] = "referenced"
     inputs_s: Seconds
     reference_s: Seconds
+    widened: Annotated[list[Name], Field(max_length=MAX_NAMES)] = []  # the inputs widened, when asked
 
 
 class BaselineNamesReply(Message):

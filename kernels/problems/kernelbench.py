@@ -121,8 +121,14 @@ def _literal(node: ast.AST):
                 raise ValueError("exponent too large")
             _bounded(type(node.op), a, b)
             return _ARITH[type(node.op)](a, b)
-    if isinstance(node, ast.Dict):
-        return ast.literal_eval(node)
+    if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):  # (None: a `**` unpacking)
+        keys = [_literal(k) for k in node.keys]
+        for key in keys:
+            try:
+                hash(key)
+            except TypeError:  # `{[1]: 2}`: Python itself would refuse it when the file runs
+                raise ValueError("a dict with an unhashable key") from None
+        return dict(zip(keys, (_literal(v) for v in node.values)))
     raise ValueError("not a literal")
 
 

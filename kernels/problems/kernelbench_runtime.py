@@ -16,6 +16,8 @@ import torch
 from kernels.problems.spec import LazyBaseline
 
 INPUT_PREFIX = "x"  # get_inputs()[i] travels as keyword x{i}
+WIDEN_FACTOR = 2.0  # the widened inputs' scale: past a unit clamp's bounds, within exp's range
+WIDEN_SALT = 0x5A17  # the widening's signs are not the inputs' own draws
 
 
 class ProblemCodeError(TypeError):
@@ -97,6 +99,26 @@ class FileReference:
         finally:
             torch.seed()
         return {f"{INPUT_PREFIX}{i}": _cast(v, device, dtype) for i, v in enumerate(values)}
+
+    @staticmethod
+    def widen(inputs: dict, seed: int) -> list[str]:
+        """Every floating input whose values all share one sign (torch.rand's, say) multiplied, value by
+        value, by +2 or -2, the signs drawn from `seed` on the input's device (the same in each process);
+        the names widened. A kernel right only on the problem's own inputs (an identity for a ReLU of
+        values >= 0, no clamp for a HardTanh of values under 1) is then wrong, where one that computes
+        the module's function is not. Other inputs (integers, masks, mixed signs) are left as they are."""
+        widened = []
+        for name, v in inputs.items():
+            if not (isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel()):
+                continue
+            if not (bool((v >= 0).all()) or bool((v <= 0).all())):
+                continue
+            generator = torch.Generator(device=v.device)
+            generator.manual_seed(seed ^ WIDEN_SALT)
+            signs = torch.randint(0, 2, v.shape, generator=generator, device=v.device).to(v.dtype)
+            v.mul_(signs.mul_(2 * WIDEN_FACTOR).sub_(WIDEN_FACTOR))
+            widened.append(name)
+        return widened
 
     def _args(self, inputs: dict) -> list:
         return [inputs[f"{INPUT_PREFIX}{i}"] for i in range(len(inputs))]

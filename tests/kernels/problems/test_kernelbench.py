@@ -609,3 +609,134 @@ def test_a_sample_of_kernelbench_files_runs_untouched(tmp_path):
         if not ok:
             failed.append(f"{name}: {out.stderr.strip()[-300:]}")
     assert len(failed) <= 1, failed
+
+
+ARGMAX = '''"""The column of each row's largest value."""
+import torch
+from torch import nn
+
+rows = 4
+cols = 4096
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.argmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(rows, cols)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+ARGMAX_KERNEL = '''import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def _argmax_rows(x_ptr, out_ptr, cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    o = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * cols + o, mask=o < cols, other=float("-inf"))
+    tl.store(out_ptr + row, ANSWER)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        out = torch.empty((x.shape[0],), device=x.device, dtype=torch.int64)
+        _argmax_rows[(x.shape[0],)](x, out, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+        return out
+'''
+
+
+@pytest.mark.parametrize("answer, status", [("tl.argmax(x, axis=0)", "ok"),
+                                            ("(tl.argmax(x, axis=0) // 2) * 2", "incorrect")])
+def test_integer_outputs_are_compared_exactly(tmp_path, answer, status):
+    """An index off by one is wrong, however large the indices: a tolerance scaled by the largest
+    reference value (4095 here) would let half of the rows point at the wrong column."""
+    paths = _write(tmp_path, argmax=ARGMAX, cand=ARGMAX_KERNEL.replace("ANSWER", answer))
+    out = _marathon("eval", "--problem", paths["argmax"], "--kernel", paths["cand"], "--device", "cpu", "--json",
+                    "--no-baselines", "--shape", "rows=4,cols=4096")
+    verdict = json.loads(out.stdout)
+    assert verdict["status"] == status, verdict["reason"]
+    if status == "incorrect":
+        assert "compared exactly" in verdict["reason"]
+
+
+ONE_SIGN = '''"""A ReLU, then a log of one plus it, over values drawn from [0, 1): the problem's own inputs are never negative."""
+import torch
+from torch import nn
+
+rows = 8
+cols = 96
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return OUTPUT
+
+
+def get_inputs():
+    return [torch.rand(rows, cols)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+ONE_SIGN_KERNEL = '''import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def _rows(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + o, mask=o < n, other=0.0)
+    tl.store(y_ptr + o, ANSWER, mask=o < n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        _rows[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+        return y
+'''
+
+
+@pytest.mark.parametrize("output, answer, status", [
+    ("torch.log1p(torch.relu(x))", "tl.log(1.0 + tl.maximum(x, 0.0))", "ok"),
+    ("torch.log1p(torch.relu(x))", "tl.log(1.0 + x)", "incorrect"),  # the ReLU skipped: right for x >= 0 only
+    ("torch.log(x)", "tl.log(x)", "ok"),  # widened, the log is NaN: not checked there, said so
+])
+def test_a_kernel_right_only_on_inputs_of_one_sign_is_incorrect(tmp_path, output, answer, status):
+    paths = _write(tmp_path, one_sign=ONE_SIGN.replace("OUTPUT", output),
+                   cand=ONE_SIGN_KERNEL.replace("ANSWER", answer))
+    out = _marathon("eval", "--problem", paths["one_sign"], "--kernel", paths["cand"], "--device", "cpu", "--json",
+                    "--no-baselines", "--mode", "test")
+    verdict = json.loads(out.stdout)
+    assert verdict["status"] == status, verdict["reason"]
+    if status == "incorrect":
+        assert "widened to both signs" in verdict["reason"] and "x0" in verdict["reason"]
+    elif output == "torch.log(x)":
+        assert "not checked on widened inputs" in verdict["shapes"][0]["note"]
+    else:
+        assert not verdict["shapes"][0].get("note")
+
+
+@pytest.mark.parametrize("line", ["X = {[1]: 2}", "TOLERANCE = {[1]: 2}", 'SMOKE_SHAPES = [{"rows": 2, (1, [2]): 3}]'])
+def test_a_dict_python_refuses_is_the_problems_error_in_one_line(tmp_path, line):
+    """A literal Python itself refuses (an unhashable key) read as a constant: the file's own error, one line."""
+    path = tmp_path / "unhashable.py"
+    path.write_text(SOFTPLUS + line + "\n")
+    out = _marathon("problem", str(path), "--device", "cpu")
+    assert out.returncode == 2, out.stderr
+    assert "unhashable" in out.stderr and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
