@@ -136,7 +136,7 @@ def _concurrency(text: str) -> int:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    from cli.args import NAMESPACE, TASK_QUEUE_NAME, Parser
+    from cli.args import FOLDER, GPUS, NAMESPACE, TASK_QUEUE_NAME, Parser
     ap = Parser(prog="worker.py", description="kernel-marathon workers")
     ap.add_argument("--address", type=_address, default=os.environ.get("TEMPORAL_ADDRESS", "localhost:7233"))
     ap.add_argument("--namespace", type=NAMESPACE, default=os.environ.get("TEMPORAL_NAMESPACE", "default"))
@@ -146,9 +146,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     help="the name of the control queue")
     ap.add_argument("--gpu-task-queue", type=TASK_QUEUE_NAME, default=names.GPU_TASK_QUEUE,
                     help="the name of the evaluation queue")
-    ap.add_argument("--artifacts", default=None, help="artifact store directory (default: $MARATHON_ARTIFACTS or "
+    ap.add_argument("--artifacts", type=FOLDER, default=None, help="artifact store directory (default: $MARATHON_ARTIFACTS or "
                                                        "~/.local/state/kernel-marathon/artifacts)")
-    ap.add_argument("--gpus", default="auto", help="auto: one evaluation worker process per visible GPU; none: "
+    ap.add_argument("--gpus", type=GPUS, default="auto", help="auto: one evaluation worker process per visible GPU; none: "
                                                    "evaluate in this process; or a list like 0,1")
     ap.add_argument("--max-concurrent", type=_concurrency, default=16, help="concurrent control activities")
     return ap.parse_args(argv)

@@ -99,6 +99,57 @@ def ADDRESS(text: str) -> str:
 
 ADDRESS.__name__ = "address"
 
+MAX_GPUS = 256
+
+
+def GPUS(text: str) -> str:
+    """An argparse type: `auto`, `none`, or a list of GPU indices like 0,1 (each at most once)."""
+    if text in ("auto", "none"):
+        return text
+    items = text.split(",")
+    if not (len(text) <= 2000 and all(re.fullmatch(r"[0-9]{1,3}", x) and int(x) < MAX_GPUS for x in items)
+            and len(set(items)) == len(items)):
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not auto, none, or a list of GPU indices like 0,1 "
+                                         f"(each below {MAX_GPUS}, once)")
+    return text
+
+
+GPUS.__name__ = "GPU list"
+
+
+def LISTEN_IP(text: str) -> str:
+    """An argparse type: the address a server listens on: an IPv4 or IPv6 address, or localhost."""
+    import ipaddress
+    if text != "localhost":
+        try:
+            ipaddress.ip_address(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{_shown(text)} is not an IP address (127.0.0.1, 0.0.0.0, ::1) "
+                                             "or localhost") from None
+    return text
+
+
+LISTEN_IP.__name__ = "IP address"
+
+
+def FOLDER(text: str) -> str:
+    """An argparse type: a folder the command may create or use (--state-dir, --artifacts): not a file,
+    nor beneath one, checked before anything starts (a server, a run) that would fail on it later."""
+    from pathlib import Path
+    if not text or len(text) > 4096 or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a folder's path")
+    path = Path(text).expanduser()
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                where = "" if p == path else f" (under {str(p)!r}, which is)"
+                raise argparse.ArgumentTypeError(f"{_shown(text)} is a file, not a folder{where}")
+            break
+    return text
+
+
+FOLDER.__name__ = "folder"
+
 
 def _name(what: str, pattern: str, max_chars: int, chars: str):
     """An argparse type: a non-empty name of at most `max_chars` characters matching `pattern` (`chars`
@@ -265,8 +316,11 @@ def given_shape(spec, given: dict[str, int]) -> dict[str, int]:
 def _spec_from_args(args: argparse.Namespace):
     from pathlib import Path
 
+    from pydantic import ValidationError
+
+    from kernels import user_file
     from kernels.problems.spec import get_problem
-    from workflows.models import Budgets, EvalSettings, RunSpec
+    from workflows.models import Budgets, EvalSettings, RunSpec, describe_invalid
 
     if getattr(args, "task", None):
         return _task_spec(args)
@@ -284,10 +338,7 @@ def _spec_from_args(args: argparse.Namespace):
         if not path.is_file():
             raise ValueError(f"--kernel {kernel!r} is neither a file nor a shipped kernel of {args.problem} "
                              f"({', '.join(spec.shipped_kernels)})")
-        try:
-            source = path.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"--kernel {kernel!r}: cannot read it ({exc})") from None
+        source = user_file.read_text(path, "--kernel")
         kernel = _label(path.name)
     model = _model_settings(args)
     policy = args.policy
@@ -295,7 +346,12 @@ def _spec_from_args(args: argparse.Namespace):
     if args.memory_from:
         from compaction.memory import Memory
         from workflows.models import RunReport
-        report = RunReport.model_validate_json(Path(args.memory_from).read_text())
+        text = user_file.read_text(args.memory_from, "--memory-from", user_file.MAX_REPORT_BYTES)
+        try:
+            report = RunReport.model_validate_json(text)
+        except ValidationError as exc:
+            raise ValueError(f"--memory-from {args.memory_from!r}: not a run's report.json "
+                             f"({describe_invalid(exc)[:200]})") from None
         if report.memory is None:
             raise ValueError(f"{args.memory_from} holds no memory")
         memory = Memory.model_validate(report.memory.model_dump())

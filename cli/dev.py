@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import PORT, _state_dir
+from cli.args import FOLDER, GPUS, LISTEN_IP, PORT, _state_dir
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -54,12 +54,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     dev = sub.add_parser("dev", help="the Temporal dev server (SQLite state, Web UI) and the workers")
-    dev.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
-    dev.add_argument("--ip", default="127.0.0.1",
+    dev.add_argument("--state-dir", type=FOLDER, default=None, help="default: ~/.local/state/kernel-marathon")
+    dev.add_argument("--ip", type=LISTEN_IP, default="127.0.0.1",
                      help="the address the server listens on; beyond loopback it has no authentication (a warning says so)")
     dev.add_argument("--port", type=PORT, default=7233)
     dev.add_argument("--ui-port", type=PORT, default=8233)
-    dev.add_argument("--artifacts", default=None, help="default: STATE/artifacts")
-    dev.add_argument("--gpus", default="auto", help="auto: one evaluation worker per GPU; none; or a list like 0,1")
+    dev.add_argument("--artifacts", type=FOLDER, default=None, help="default: STATE/artifacts")
+    dev.add_argument("--gpus", type=GPUS, default="auto", help="auto: one evaluation worker per GPU; none; or a list like 0,1")
     dev.add_argument("--no-worker", action="store_true", help="the server only")
     dev.set_defaults(func=cmd_dev)

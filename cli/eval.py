@@ -16,6 +16,7 @@ def cmd_eval_task(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from activities.evaluation import task_cache_root
+    from kernels import user_file
     from tasks import document
     from tasks.measure import TaskBroken, measure
     from tasks.spec import TaskError, load_task
@@ -25,9 +26,9 @@ def cmd_eval_task(args: argparse.Namespace) -> int:
             raise ValueError("give --patch or --kernel, not both")
         text = None
         if args.patch:
-            text = document.join(document.apply_patch(bundle, Path(args.patch).read_text()))
+            text = document.join(document.apply_patch(bundle, user_file.read_text(args.patch, "--patch")))
         elif args.kernel:
-            text = Path(args.kernel).read_text()
+            text = user_file.read_text(args.kernel, "--kernel")
         verdict = measure(bundle, text, task_cache_root(), mode="test" if args.mode != "full" else "full",
                           repeat=args.reps, kernel=Path(args.patch or args.kernel or "own files").name)
     except (TaskError, TaskBroken, document.DocumentError, OSError, UnicodeDecodeError, ValueError) as exc:

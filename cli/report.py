@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import ADDRESS, NAMESPACE, PROBLEM_NAME, SINCE, WORKFLOW_ID, _state_dir
+from cli.args import ADDRESS, FOLDER, NAMESPACE, PROBLEM_NAME, SINCE, WORKFLOW_ID, _state_dir
 from cli.server import why
 
 
@@ -56,8 +56,8 @@ def add_report_parser(sub) -> None:
     rep.add_argument("--address", type=ADDRESS, default=None,
                      help="a Temporal server that holds the run; default: the databases under --state-dir")
     rep.add_argument("--namespace", type=NAMESPACE, default="default")
-    rep.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
-    rep.add_argument("--artifacts", default=None, help="the run's artifact store (default: STATE/artifacts)")
+    rep.add_argument("--state-dir", type=FOLDER, default=None, help="default: ~/.local/state/kernel-marathon")
+    rep.add_argument("--artifacts", type=FOLDER, default=None, help="the run's artifact store (default: STATE/artifacts)")
     rep.set_defaults(func=cmd_report)
 
 
@@ -66,7 +66,7 @@ def add_runs_parser(sub) -> None:
     runs.add_argument("--address", type=ADDRESS, default=None,
                       help="a Temporal server to ask; default: the databases under --state-dir")
     runs.add_argument("--namespace", type=NAMESPACE, default="default")
-    runs.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
+    runs.add_argument("--state-dir", type=FOLDER, default=None, help="default: ~/.local/state/kernel-marathon")
     runs.add_argument("--problem", type=PROBLEM_NAME, default=None, help="only this problem's runs")
     runs.add_argument("--since", type=SINCE, default=None, metavar="AGE",
                       help="only runs started within AGE (90m, 24h, 3d, 1w; at most 3650d)")

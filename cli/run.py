@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.args import (ADDRESS, NAMESPACE, SECONDS, SERVER_WAIT_S, TASK_QUEUE_NAME, WORKFLOW_ID, _add_spec_flags,
+from cli.args import (ADDRESS, FOLDER, NAMESPACE, SECONDS, SERVER_WAIT_S, TASK_QUEUE_NAME, WORKFLOW_ID, _add_spec_flags,
                       _state_dir, spec_from_args)
 from cli.server import ServerGone, while_server_up, why
 from cli.tables import CPU_LINE, progress_line, run_report_table
@@ -285,8 +285,8 @@ def add_run_parser(sub) -> None:
     run.add_argument("--namespace", type=NAMESPACE, default="default")
     run.add_argument("--task-queue", type=TASK_QUEUE_NAME, default=TASK_QUEUE)
     run.add_argument("--workflow-id", type=WORKFLOW_ID, default=None)
-    run.add_argument("--state-dir", default=None, help="default: ~/.local/state/kernel-marathon")
-    run.add_argument("--artifacts", default=None, help="artifact store of the embedded worker (default: STATE/artifacts)")
+    run.add_argument("--state-dir", type=FOLDER, default=None, help="default: ~/.local/state/kernel-marathon")
+    run.add_argument("--artifacts", type=FOLDER, default=None, help="artifact store of the embedded worker (default: STATE/artifacts)")
     run.add_argument("--detach", action="store_true", help="start it and print its workflow id (needs --address)")
     run.add_argument("--json", action="store_true", help="print the final report as one JSON object")
     run.add_argument("--server-wait", type=SECONDS, default=SERVER_WAIT_S, metavar="SECONDS",

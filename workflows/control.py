@@ -146,14 +146,22 @@ def validate_hint(run: Run, text: Any) -> None:
 def extension(run: Run, raw: Any) -> Extension:
     """An `extend` payload: Extension's constraints (it adds, never takes away), and no total past its bound."""
     e: Extension = parse_update(Extension, raw, "extend")
+    refused = extension_refusal(run, e)
+    if refused:
+        raise ValueError(f"bad extend payload: {refused}")
+    return e
+
+
+def extension_refusal(run: Run, e: Extension) -> str | None:
+    """Why `e` cannot be added to the run's budgets (a total past its bound), or None. The `extend` update
+    and an agent's `extend` news are held to it alike."""
     st = run.state
     if st.budget_hours + e.hours > limits.MAX_HOURS:
-        raise ValueError(f"bad extend payload: hours: the budget would be {st.budget_hours + e.hours:.6g} h, "
-                         f"at most {limits.MAX_HOURS:g}")
+        return f"hours: the budget would be {st.budget_hours + e.hours:.6g} h, at most {limits.MAX_HOURS:g}"
     if st.budget_tool_calls + e.tool_calls > limits.MAX_TOOL_CALLS:
-        raise ValueError(f"bad extend payload: tool_calls: the budget would be {st.budget_tool_calls + e.tool_calls}, "
-                         f"at most {limits.MAX_TOOL_CALLS}")
-    return e
+        return (f"tool_calls: the budget would be {st.budget_tool_calls + e.tool_calls}, "
+                f"at most {limits.MAX_TOOL_CALLS}")
+    return None
 
 
 # ------------------------------------------------------------------------------------- signals

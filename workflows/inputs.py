@@ -17,7 +17,9 @@ Policy = Literal["llm", "tuner"]
 # The constraints below are the one place the run's numbers are checked: the workflow refuses a spec
 # that breaks one (failing at once, naming the field), and the CLI builds its spec through them too.
 class _Input(BaseModel):
-    model_config = ConfigDict(allow_inf_nan=False)  # an infinite or NaN budget or timeout is a typo
+    # an infinite or NaN budget or timeout is a typo, and so is a field no model has: a misspelled
+    # `budgets.hour` ignored would run for the default 24 hours
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid")
 
 
 # What names a problem, a kernel or a task queue: a name, never a path. A workflow input names a shipped

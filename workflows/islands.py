@@ -19,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
                                   RunReport, RunState, SourceRef)
     from workflows.yardstick import beats, geomean_latency
 
-from workflows import evidence
+from workflows import control, evidence
 from workflows.run import Run, short
 
 Intro = Callable[[int, int, int], list[dict[str, Any]]]  # (agent, of, its tool calls) -> its first messages
@@ -213,7 +213,11 @@ class Islands:
         elif news.kind in ("pause", "resume"):
             run.set_paused(news.kind == "pause")
         elif news.kind == "extend" and news.extension is not None:
-            run.extend(news.extension)
+            refused = control.extension_refusal(run, news.extension)
+            if refused:  # the run's own shares stay within the bounds: this is no extension of the run's
+                workflow.logger.warning(f"dropped an extension in {names.AGENT_NEWS_SIGNAL}: {refused}")
+            else:
+                run.extend(news.extension)
 
     async def take_shared(self, adopt: Adopt) -> list[str]:
         """Between turns: take over another agent's best when it beats this agent's own (it becomes the best,

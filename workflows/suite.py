@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import math
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError, ChildWorkflowError
@@ -24,6 +24,7 @@ EAGER = "eager"  # the baseline fast_p is measured against (a file problem's Mod
 
 class SuiteSpec(BaseModel):
     """The suite workflow's input: the runs, whole (each problem's source travels inside its RunSpec)."""
+    model_config = ConfigDict(extra="forbid")  # a misspelled field is refused, not ignored
     runs: list[RunSpec] = Field(min_length=1, max_length=limits.MAX_SUITE_RUNS)
     parallel: int = Field(default=1, ge=1, le=limits.MAX_PARALLEL)  # child runs at once
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from kernels import user_file
 from kernels.evaluator.roofline import DeviceProfile, floor_seconds
 
 PROBLEMS_DIR = Path(__file__).resolve().parent
@@ -159,9 +160,9 @@ def resolve_problem(arg: str) -> tuple[str, str | None]:
         raise ProblemFileError(f"problem folder {arg!r} is not one of the built-in problems ({', '.join(PROBLEM_NAMES)})")
     if path.is_file():
         try:
-            source = path.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ProblemFileError(f"problem {arg!r}: cannot read it ({exc})") from None
+            source = user_file.read_text(path, "problem")
+        except user_file.UserFileError as exc:
+            raise ProblemFileError(str(exc)) from None
         get_problem(path.stem, source)  # raises ProblemFileError with the reason
         return path.stem, source
     raise ProblemFileError(f"unknown problem {arg!r}: neither a built-in problem ({', '.join(PROBLEM_NAMES)}), "
@@ -175,7 +176,7 @@ def resolve_kernel(problem: ProblemSpec, kernel: str) -> tuple[str, str]:
         return kernel, path.read_text()
     path = Path(kernel)
     if path.is_file():
-        return str(path), path.read_text()
+        return str(path), user_file.read_text(path, "kernel")
     raise FileNotFoundError(
         f"kernel {kernel!r} is neither a file nor a shipped kernel of {problem.name} "
         f"(shipped: {', '.join(problem.shipped_kernels)})")

@@ -179,3 +179,47 @@ def test_a_server_that_does_not_answer_is_one_line_and_exit_2(argv):
         assert "waiting up to 1 s" in lines[0] and "did not answer for 1 s" in lines[-1] and len(lines) == 2, lines
         return
     one_line_exit_2(marathon(*argv, "--address", "127.0.0.1:1"), "cannot reach", "127.0.0.1:1")
+
+
+@pytest.fixture
+def a_file(tmp_path):
+    path = tmp_path / "a_file"
+    path.write_text("not a folder\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["dev", "--state-dir", "{file}"], "--state-dir"),
+    (["dev", "--artifacts", "{file}/below"], "--artifacts"),
+    (["dev", "--ip", "999.1.1.1"], "--ip"),
+    (["dev", "--ip", "a b"], "--ip"),
+    (["dev", "--gpus", "abc"], "--gpus"),
+    (["dev", "--gpus", "-1"], "--gpus"),
+    (["dev", "--gpus", "0,0"], "--gpus"),
+    (["dev", "--gpus", "1e308"], "--gpus"),
+    (["run", "--problem", "mla_decode", "--state-dir", "{file}"], "--state-dir"),
+    (["run", "--problem", "mla_decode", "--artifacts", "{file}"], "--artifacts"),
+    (["runs", "--state-dir", "{file}"], "--state-dir"),
+    (["report", "x", "--artifacts", "{file}"], "--artifacts"),
+])
+def test_a_folder_a_listening_address_or_a_gpu_list_is_checked_before_anything_starts(argv, flag, a_file, capsys):
+    """Refused while the arguments are read: not after a server started (a state folder that is a file
+    failed there with a traceback), nor as a worker's GPU list nobody could use."""
+    line = refused([a.replace("{file}", a_file) for a in argv], capsys)
+    assert flag in line and len(line) < 400, line
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/proc/self/environ", "{dir}", "{big}", "{binary}"])
+def test_a_file_named_on_the_command_line_is_read_bounded(path, tmp_path, capsys):
+    """--memory-from, --kernel, --problem: a regular UTF-8 file of bounded size, or one line and exit 2
+    (/dev/zero used to be read until the memory ran out)."""
+    (tmp_path / "big.json").write_bytes(b" " * (17 * 2**20))
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00garbage")
+    path = path.format(dir=tmp_path, big=tmp_path / "big.json", binary=tmp_path / "binary.json")
+    for argv in (["run", "--problem", "mla_decode", "--memory-from", path, "--address", "127.0.0.1:1"],
+                 ["run", "--problem", "mla_decode", "--kernel", path, "--address", "127.0.0.1:1"],
+                 ["eval", "--problem", path, "--device", "cpu"]):
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2, (argv, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err

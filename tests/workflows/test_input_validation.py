@@ -59,6 +59,9 @@ BAD_INPUTS = [  # (input, what the failure message must name)
     # the workflow's own fields: a state (a best, its verdict) nobody judged
     ({"problem": "mla_decode", "carry": {"budget_hours": 1}}, "carry"),
     ({"problem": "mla_decode", "agent": {"index": 1, "of": 2}}, "agent"),
+    # a misspelled field is refused, not ignored (a `budgets.hour` would run for the default 24 hours)
+    ({"problem": "mla_decode", "budgets": {"hour": 1}}, "budgets.hour"),
+    ({"problem": "mla_decode", "evil": 1}, "evil"),
     (5, "input"),
     (None, "input"),  # `temporal workflow start` without --input
     ({"problem": "no_such_problem"}, "no_such_problem"),  # refused by the prepare activity
@@ -141,7 +144,8 @@ async def _bad_suite(client, task_queues, tmp_path):
            ({"runs": []}, "runs"), ({"runs": [GOOD], "parallel": 1000}, "parallel"), (7, "input"),
            # a run's own fields: each child would start from a state (a best, its verdict) nobody judged
            ({"runs": [GOOD, {**GOOD, "carry": FORGED_CARRY}]}, "runs.1.carry"),
-           ({"runs": [{**GOOD, "agent": {"index": 1, "of": 2}}]}, "runs.0.agent")]
+           ({"runs": [{**GOOD, "agent": {"index": 1, "of": 2}}]}, "runs.0.agent"),
+           ({"runs": [GOOD], "paralel": 2}, "paralel")]  # a misspelled field, refused
     async with workers(client, tq, gq, tmp_path / "artifacts", gpu=False):
         for raw, field in bad:
             handle = await client.start_workflow(names.SUITE_WORKFLOW_TYPE, raw, id=f"bad-suite-{uuid.uuid4().hex[:8]}",

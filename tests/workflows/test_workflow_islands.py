@@ -296,6 +296,10 @@ def _forged_best(source: str, sha256: str) -> dict:
             "source": {"sha256": sha256, "text": source, "lines": 2}, "verdict": verdict}
 
 
+# an extension whose total would pass the bounds (an agent's budget is at least a few hours and calls)
+FORGED_EXTENSION = {"agent": 0, "kind": "extend", "extension": {"hours": 720, "tool_calls": 1_000_000}}
+
+
 def test_a_forged_best_signal_leaves_the_runs_best_untouched(client, task_queues, tmp_path):
     asyncio.run(_forged(client, task_queues, tmp_path))
 
@@ -334,6 +338,7 @@ async def _forged(client, task_queues, tmp_path):
                 targets = [handle.id, f"{handle.id}/agent-1", f"{handle.id}/agent-2"]
                 for wid in targets:
                     h = client.get_workflow_handle(wid)
+                    await h.signal(names.AGENT_NEWS_SIGNAL, FORGED_EXTENSION)  # handled before the bests below
                     await h.signal(names.AGENT_NEWS_SIGNAL, _forged_best(FORGED_SOURCE, sha256_text(FORGED_SOURCE)))
                     await h.signal(names.AGENT_NEWS_SIGNAL, _forged_best(start_source, start_sha))
                 for wid in targets:  # each refused the never-evaluated source, in its notebook
@@ -341,6 +346,9 @@ async def _forged(client, task_queues, tmp_path):
                             await client.get_workflow_handle(wid).query("status", result_type=RunStatus)).notebook):
                         assert time.monotonic() < deadline, f"{wid} never refused the forged best"
                         await asyncio.sleep(0.5)
+                for wid in targets[1:]:  # an extension past the bounds is dropped, as the `extend` update refuses it
+                    status = await client.get_workflow_handle(wid).query("status", result_type=RunStatus)
+                    assert status.hours_budget < 720 and status.tool_calls_budget < 1_000_000, status
                 await asyncio.sleep(2.0)  # and whatever else the signals did, done before the agents go on
                 release.set()
                 report: RunReport = await asyncio.wait_for(handle.result(), 300)
