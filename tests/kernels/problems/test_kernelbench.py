@@ -740,3 +740,47 @@ def test_a_dict_python_refuses_is_the_problems_error_in_one_line(tmp_path, line)
     out = _marathon("problem", str(path), "--device", "cpu")
     assert out.returncode == 2, out.stderr
     assert "unhashable" in out.stderr and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+GROUPED = '''"""Rows projected, then normalised in groups of channels."""
+import torch
+from torch import nn
+
+batch_size = 256
+features = 1024
+groups = 64
+
+
+class Model(nn.Module):
+    def __init__(self, features, groups):
+        super().__init__()
+        self.proj = nn.Linear(features, features)
+        self.norm = nn.GroupNorm(groups, features)
+
+    def forward(self, x):
+        return self.norm(self.proj(x))
+
+
+def get_inputs():
+    return [torch.rand(batch_size, features)]
+
+
+def get_init_inputs():
+    return [features, groups]
+'''
+
+
+def test_small_sizes_are_not_ones_whose_reference_is_rounding_noise(tmp_path):
+    """Halved to its budget, this file had one channel per group (features 64, groups 64): every
+    normalised value is its group's mean, zero, and the float32 reference is noise no kernel can
+    match. The sizes chosen keep groups of several channels."""
+    from kernels.problems.kernelbench_facts import NOISE_REL, rounding_noise
+    from kernels.problems.kernelbench_runtime import FileReference
+    paths = _write(tmp_path, grouped=GROUPED)
+    out = _marathon("problem", paths["grouped"], "--device", "cpu", "--json")
+    assert out.returncode == 0, out.stderr
+    smoke = json.loads(out.stdout)["shapes"]["smoke"][0]
+    assert smoke["features"] // smoke["groups"] >= 2, smoke
+    ref = FileReference("grouped", GROUPED)
+    assert rounding_noise(ref, smoke) <= NOISE_REL
+    assert rounding_noise(ref, {**smoke, "features": 64, "groups": 64}) > 0.1  # what was chosen before
