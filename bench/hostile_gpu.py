@@ -77,6 +77,7 @@ HOSTILE_ITEMS = [
     item("mla_escape_ctypes", "rejected", "on ctypes.dlopen", env=BYPASS),
     item("mla_escape_pause_monitor", "rejected", "torch computed part of the answer", env=BYPASS),
     item("mla_lazy_function_mode", "rejected", "a torch function mode is still active", env=BYPASS),
+    item("mla_printed_values", "rejected", "op monitor was suspended", shapes=[{"B": 1, "H": 2, "S": 40}]),  # Python-slow
     item("mla_skip_timed_calls", "incorrect", "outputs of timed calls are re-checked", mode="full"),
     item("mla_escape_forge_timer", "rejected", "judge's own clock", mode="full", env=BYPASS,
          shapes=[{"B": 8, "H": 16, "S": 16384}]),
