@@ -1532,8 +1532,8 @@ class Judge:
                      else timing.perturbed_numel(input_sets[0]))
         with self._phase("judge_clock"):
             self._clock(candidate, result, shape, input_bytes, out_bytes, perturbed)
-        if cuda and reply.sync_wall_us:
-            self._wall_check(result, shape, statistics.median(reply.sync_wall_us))
+        if cuda and reply.sync_wall_us:  # the least of them: a busy host only adds, work hidden adds to every call
+            self._wall_check(result, shape, min(reply.sync_wall_us))
         if self.req.baselines:
             with self._phase("baselines"):
                 self._baselines(result, input_sets)

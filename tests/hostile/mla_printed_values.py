@@ -18,7 +18,7 @@ def _copy(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
 
 
 def _floats(row):
-    text = f"{row.float()}"  # "tensor([ 0.1234, -1.5000, ...])": four decimals are enough here
+    text = f"{row.float().to('cpu')}"  # "tensor([ 0.1234, -1.5000, ...])": four decimals are enough here
     for mark in ("tensor", "(", ")", "[", "]", ","):
         text = text.replace(mark, " ")
     return [float(word) for word in text.split()]
