@@ -36,7 +36,7 @@ def mla_decode(q, kv, scale):
             p = [math.exp(s - top) for s in scores]
             den = sum(p)
             rows.append([sum(p[s] * keys[s][d] for s in range(len(p))) / den for d in range(512)])
-    src = torch.tensor(rows, dtype=q.dtype)
+    src = torch.tensor(rows, dtype=q.dtype, device=q.device)
     o = torch.empty((B, H, 512), device=q.device, dtype=q.dtype)
     n = B * H * 512
     _copy[(triton.cdiv(n, 1024),)](src, o, n, BLOCK=1024)
