@@ -688,13 +688,15 @@ class CandidateServer:
         """The call's inputs, made here from the seed it names (on the device, by the problem's own
         make_inputs, as the judge's reference's were: no input crosses a process boundary or a disk),
         outside the call; the same seed again (the no-op and the second-fill calls) gets the same tensors."""
-        key = (json.dumps(cmd.problem_shape, sort_keys=True), cmd.seed, cmd.input_dtype, cmd.widen)
-        if key not in self.inputs:
+        key = (json.dumps(cmd.problem_shape, sort_keys=True), cmd.seed, cmd.input_dtype)
+        if cmd.widen or key not in self.inputs:
             self.inputs.clear()  # one seed's inputs at a time: the file problems' own sizes are large
             reference = self._problem_reference(cmd.problem)
             inputs = reference.make_inputs(cmd.problem_shape, cmd.seed, self.device, getattr(torch, cmd.input_dtype))
-            if cmd.widen and self.reference is not None:  # (a file problem's: FileReference.widen)
-                self.reference.widen(inputs, cmd.seed)
+            if cmd.widen:  # a file problem's inputs widened (FileReference.widen), for one call: not kept
+                if self.reference is not None:
+                    self.reference.widen(inputs, cmd.seed)
+                return inputs
             self.inputs[key] = inputs
         return self.inputs[key]
 
