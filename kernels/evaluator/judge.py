@@ -1289,6 +1289,7 @@ class Judge:
         out = candidate.take(out_path)
         rel, max_abs, why = self._wrong(out, ref, loose=WIDENED_LOOSENESS)
         del out, ref
+        self._give_back()  # (at a file's own sizes the two held GiBs the candidate's timing needs)
         if why:
             raise Outcome("incorrect", f"wrong answer at {shape_label(shape)} on inputs widened to both signs ({names} "
                           f"times +-{WIDEN_FACTOR:g}, value by value; the problem's own are all of one sign): {why}. "
