@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 LEVELS = ("level1", "level2")
 FILE_LIMIT_S = 120
 
