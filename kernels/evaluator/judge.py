@@ -44,6 +44,7 @@ from kernels.evaluator.hostinfo import nvidia_driver
 from kernels.evaluator.evaluate import (PROJECT_ROOT, EvalRequest, EvaluatorError, ProblemCheck, ProblemReport,
                                         source_sha256)
 from kernels.evaluator.policy import check_source, module_violation
+from kernels.problems.kernelbench_facts import NOISE_REL
 from kernels.problems.kernelbench_runtime import WIDEN_FACTOR
 from kernels.problems.kernelbench import FileFacts, ReferenceCall, check_given, full_shape, statement
 from kernels.problems.spec import PROBLEM_NAMES, ProblemSpec, ShapeError, get_problem
@@ -804,6 +805,10 @@ def file_shapes(spec: ProblemSpec, facts: FileFacts, device: str, asked: list[di
         shape = full_shape(facts.sizes, facts.small)
         note = (f"small sizes chosen for the CPU's interpreter ({shape_label(shape) or 'none to shrink'}: "
                 f"{facts.small_elements} elements of inputs and parameters; the file's own: {shape_label(facts.sizes) or 'none'})")
+        if facts.small_noise is not None and facts.small_noise > NOISE_REL:
+            note += (f"; WARNING: the reference there is rounding noise (its float32 output is {facts.small_noise:.2g} "
+                     "from its float64 one, relative) and no sizes tried were better: no kernel can be judged "
+                     "correct at these sizes")
         return [shape], note
     if asked is None:
         asked = spec.shapes(set_name or ("bench" if device == "cuda" else "smoke"))

@@ -58,6 +58,8 @@ class FileFacts(BaseModel):
     small: dict[str, int] | None = None  # sizes chosen for a CPU (None: not asked, or none ran)
     small_elements: int | None = None  # inputs' and parameters' elements there
     small_error: str | None = None  # why no small sizes were found (the reference's error at the smallest tried)
+    # the reference's float32 distance from float64 there (relative L2): past NOISE_REL it is rounding noise
+    small_noise: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 def full_shape(sizes: dict[str, int], given: dict[str, int]) -> dict[str, int]:

@@ -233,4 +233,6 @@ def file_facts(ref: FileReference, candidates: dict[str, int], literals: dict[st
             facts.small_error = found.error
         else:
             facts.small, facts.small_elements = found
+            noise = rounding_noise(ref, {**sizes, **facts.small})
+            facts.small_noise = noise if noise is not None and math.isfinite(noise) else None
     return facts

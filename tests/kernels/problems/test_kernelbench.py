@@ -784,3 +784,19 @@ def test_small_sizes_are_not_ones_whose_reference_is_rounding_noise(tmp_path):
     ref = FileReference("grouped", GROUPED)
     assert rounding_noise(ref, smoke) <= NOISE_REL
     assert rounding_noise(ref, {**smoke, "features": 64, "groups": 64}) > 0.1  # what was chosen before
+
+
+CENTRED_MEAN = GROUPED.replace("return self.norm(self.proj(x))", "return self.norm(self.proj(x)).mean(dim=1)")
+
+
+def test_a_reference_that_is_rounding_noise_at_every_size_is_said_so(tmp_path):
+    """The mean of values normalised in groups is zero at any size: the check says that no kernel can be
+    judged correct there, rather than leave a night's run to find out."""
+    paths = _write(tmp_path, centred=CENTRED_MEAN)
+    out = _marathon("problem", paths["centred"], "--device", "cpu", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "rounding noise" in json.loads(out.stdout)["chosen"]
+    out = _marathon("problem", paths["centred"], "--device", "cpu")
+    assert "WARNING: the reference there is rounding noise" in out.stdout
+    grouped = _marathon("problem", _write(tmp_path, grouped=GROUPED)["grouped"], "--device", "cpu", "--json")
+    assert "rounding noise" not in json.loads(grouped.stdout)["chosen"]
