@@ -714,6 +714,24 @@ class RemoteFileProblem:
                       perturb: tuple[int, int] | None = None) -> torch.Tensor:
         """The reference output for the inputs of this seed (perturbed first by the judge's clock's factors,
         when given), on `device`."""
+        ref, _ = self._referenced(shape, seed, dtype, device, perturb=perturb)
+        return self._checked(ref, shape, dtype)
+
+    def widened_reference(self, shape: dict[str, int], seed: int, dtype: torch.dtype,
+                          device) -> tuple[torch.Tensor | None, list[str]]:
+        """The reference for the inputs of this seed with those of one sign widened to both
+        (FileReference.widen), and the inputs widened; (None, []) where none is of one sign, (None, names)
+        where the widened inputs leave the module's domain (its output is not finite there)."""
+        ref, widened = self._referenced(shape, seed, dtype, device, widen=True)
+        if ref is None or type(ref) is not torch.Tensor or ref.dtype != torch.float32 or reference_defect(ref):
+            return None, widened
+        return self._checked(ref, shape, dtype), widened
+
+    def _referenced(self, shape: dict[str, int], seed: int, dtype: torch.dtype, device,
+                    **asked) -> tuple[object | None, list[str]]:
+        """The reference the problem's process saved for the inputs of this seed (ReferenceRequest's `perturb`
+        or `widen` as asked), read onto `device`, unchecked; and the inputs it widened. None for a widening
+        with nothing to widen (no reference is made)."""
         path = self._file("reference")
         # the reference (float32) comes back as a file in the process's scratch folder: allowed beside its
         # quota up to its size, so a file's own large sizes are judged; what the file's code writes stays
@@ -721,31 +739,12 @@ class RemoteFileProblem:
         nbytes = math.prod(self.output_spec(shape, dtype)[0]) * 4
         self.proc.expect(path, nbytes)
         try:
-            reply = self._request_reply(ReferenceRequest(shape=shape, seed=seed, dtype=_dtype_name(dtype),
-                                                         perturb=perturb, output=str(path)), ReferencedReply)
+            reply = self._request_reply(ReferenceRequest(shape=shape, seed=seed, dtype=_dtype_name(dtype), output=str(path),
+                                                         **asked), ReferencedReply)
             self.last_inputs_s = reply.inputs_s
-            return self._checked(_load_regular(path, device, nbytes + OUTPUT_FRAMING), shape, dtype)
-        finally:
-            self.proc.release(path)
-
-    def widened_reference(self, shape: dict[str, int], seed: int, dtype: torch.dtype,
-                          device) -> tuple[torch.Tensor | None, list[str]]:
-        """The reference for the inputs of this seed with those of one sign widened to both
-        (FileReference.widen), and the inputs widened; (None, []) where none is of one sign, (None, names)
-        where the widened inputs leave the module's domain (its output is not finite there)."""
-        path = self._file("reference")
-        nbytes = math.prod(self.output_spec(shape, dtype)[0]) * 4
-        self.proc.expect(path, nbytes)
-        try:
-            reply = self._request_reply(ReferenceRequest(shape=shape, seed=seed, dtype=_dtype_name(dtype), widen=True,
-                                                         output=str(path)), ReferencedReply)
-            self.last_inputs_s = reply.inputs_s
-            if not reply.widened:
+            if asked.get("widen") and not reply.widened:
                 return None, []
-            ref = _load_regular(path, device, nbytes + OUTPUT_FRAMING)
-            if type(ref) is not torch.Tensor or ref.dtype != torch.float32 or reference_defect(ref):
-                return None, list(reply.widened)
-            return self._checked(ref, shape, dtype), list(reply.widened)
+            return _load_regular(path, device, nbytes + OUTPUT_FRAMING), list(reply.widened)
         finally:
             self.proc.release(path)
 

@@ -147,16 +147,18 @@ def runs(ref: FileReference, shape: dict[str, int], device: str = "cpu",
                              line=problem_line(ref.name, exc), seconds=round(time.perf_counter() - t0, 4))
 
 
-def rounding_noise(ref: FileReference, shape: dict[str, int]) -> float | None:
+def rounding_noise(ref: FileReference, shape: dict[str, int], widen_seed: int | None = None) -> float | None:
     """How far the reference's float32 output is from the module's own float64 output on the same inputs
     (relative L2), on the CPU: near 1 where the output is rounding noise, as a GroupNorm over groups of
     one channel gives (every value is its group's mean: zero), which no kernel can be judged against.
-    None where float64 fails (an op without it): not known."""
+    With `widen_seed`, on the inputs widened as the judge widens them (FileReference.widen). None where
+    float64 fails (an op without it): not known."""
     try:
         inputs = ref.make_inputs(shape, 0, "cpu", torch.float32)
+        if widen_seed is not None:
+            ref.widen(inputs, widen_seed)
         out = ref.reference(**inputs)
-        args = [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                for v in (inputs[k] for k in sorted(inputs, key=lambda k: int(k[1:])))]
+        args = [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in ref._args(inputs)]
         with torch.no_grad():
             exact = ref.model(ref.current_shape, "cpu", torch.float64)(*args)
     except Exception:  # noqa: BLE001 - float64 not supported by an op: not known
@@ -167,33 +169,34 @@ def rounding_noise(ref: FileReference, shape: dict[str, int]) -> float | None:
     return float((out.double() - exact).norm() / exact.norm().clamp_min(1e-300))
 
 
-def _judgeable(ref: FileReference, shape: dict[str, int]) -> bool:
-    noise = rounding_noise(ref, shape)
+def _judgeable(noise: float | None) -> bool:
     return noise is None or noise <= NOISE_REL
 
 
-def small_sizes(ref: FileReference, sizes: dict[str, int],
-                budget: int = SMALL_ELEMENTS) -> tuple[dict[str, int], int] | ReferenceCall:
+Found = tuple[dict[str, int], int, "float | None"]  # sizes, their elements, the reference's noise there
+
+
+def small_sizes(ref: FileReference, sizes: dict[str, int], budget: int = SMALL_ELEMENTS) -> Found | ReferenceCall:
     """Sizes whose inputs and parameters hold at most `budget` elements (or the fewest found), at which
     the reference runs on the CPU and its output is not rounding noise (else, with a larger budget, up
-    to NOISE_BUDGETS times; the first sizes found otherwise); otherwise the reference's failure at the
-    smallest sizes tried."""
+    to NOISE_BUDGETS times; the first sizes found otherwise), with their elements and the reference's
+    noise there (rounding_noise); otherwise the reference's failure at the smallest sizes tried."""
     if not sizes:  # nothing to shrink: the file as written
         n = elements(ref, {})
         call = runs(ref, {})
-        return ({}, n or 0) if call.status == "ok" else call
+        return ({}, n or 0, rounding_noise(ref, {})) if call.status == "ok" else call
     noisy = None
     for scale in NOISE_BUDGETS:
         found = _small_sizes(ref, sizes, budget * scale)
         if isinstance(found, ReferenceCall):
             return noisy or found
-        if _judgeable(ref, found[0]):
+        if _judgeable(found[2]):
             return found
         noisy = noisy or found
     return noisy
 
 
-def _small_sizes(ref: FileReference, sizes: dict[str, int], budget: int) -> tuple[dict[str, int], int] | ReferenceCall:
+def _small_sizes(ref: FileReference, sizes: dict[str, int], budget: int) -> Found | ReferenceCall:
     tried: list[tuple[int, dict[str, int]]] = []
     first = None
     for floor in FLOORS:
@@ -203,16 +206,17 @@ def _small_sizes(ref: FileReference, sizes: dict[str, int], budget: int) -> tupl
                 continue
             tried.append((n, shape))
             if n <= budget and runs(ref, shape).status == "ok":
-                if _judgeable(ref, shape):
-                    return shape, n
-                first = first or (shape, n)
+                noise = rounding_noise(ref, shape)
+                if _judgeable(noise):
+                    return shape, n, noise
+                first = first or (shape, n, noise)
     if first is not None:
         return first
     failed = None
     for n, shape in sorted(tried, key=lambda t: t[0]):
         call = runs(ref, shape)
         if call.status == "ok":
-            return shape, n
+            return shape, n, rounding_noise(ref, shape)
         failed = failed or call
     return failed or ReferenceCall(shape=dict(sizes), status="error",
                                    error=f"problem {ref.name}: no shape it can take was found")
@@ -232,7 +236,6 @@ def file_facts(ref: FileReference, candidates: dict[str, int], literals: dict[st
         if isinstance(found, ReferenceCall):
             facts.small_error = found.error
         else:
-            facts.small, facts.small_elements = found
-            noise = rounding_noise(ref, {**sizes, **facts.small})
+            facts.small, facts.small_elements, noise = found
             facts.small_noise = noise if noise is not None and math.isfinite(noise) else None
     return facts

@@ -68,12 +68,12 @@ class ModelNew(nn.Module):
 FORWARD = "        return x * self.w\n"
 
 
-def _eval(tmp_path: Path, problem: str, candidate: str) -> subprocess.CompletedProcess:
+def _eval(tmp_path: Path, problem: str, candidate: str, shape: str = "rows=3,cols=45") -> subprocess.CompletedProcess:
     (tmp_path / "scale.py").write_text(problem)
     (tmp_path / "cand.py").write_text(candidate)
     return subprocess.run([sys.executable, "marathon.py", "eval", "--problem", str(tmp_path / "scale.py"), "--kernel",
                            str(tmp_path / "cand.py"), "--device", "cpu", "--json", "--no-baselines", "--shape",
-                           "rows=3,cols=45"], cwd=ROOT, capture_output=True, text=True, timeout=240)
+                           shape], cwd=ROOT, capture_output=True, text=True, timeout=240)
 
 
 @pytest.mark.parametrize("hostile", [
@@ -222,6 +222,18 @@ def test_an_integer_output_is_judged_in_its_own_dtype_in_timed_calls_too(tmp_pat
     out = _eval(tmp_path, ARGMAX, ARGMAX_KERNEL)
     assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-2000:])
     assert json.loads(out.stdout)["status"] == "ok"
+
+
+@pytest.mark.parametrize("answer, status", [("tl.argmax(v, axis=0)", "ok"),
+                                            ("((tl.argmax(v, axis=0) // 2) * 2)", "incorrect")])
+def test_integer_outputs_are_compared_exactly(tmp_path, answer, status):
+    """An index off by one is wrong, however large the indices: a tolerance scaled by the largest
+    reference value (4095 here) would let half of the rows point at the wrong column."""
+    kernel = ARGMAX_KERNEL.replace("tl.argmax(v, axis=0)", answer)
+    verdict = json.loads(_eval(tmp_path, ARGMAX, kernel, shape="rows=4,cols=4096").stdout)
+    assert verdict["status"] == status, verdict["reason"]
+    if status == "incorrect":
+        assert "compared exactly" in verdict["reason"]
 
 
 def test_a_complex_output_is_the_problems_failure_not_judged_by_its_real_part(tmp_path):
